@@ -1,0 +1,175 @@
+"""The gradient tape: what ops record, and the reverse pass over it.
+
+Recording is one counter: inside ``with ng.grad_tape():`` an op whose inputs
+need a gradient attaches a ``Node`` to its output. The reverse pass walks
+those nodes from the loss and asks each op's backward (in ``ops.py``, beside
+its forward) to write input gradients where ``_Backward.dest`` says.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from . import buffers
+from .tensor import Tensor
+
+_depth = 0  # > 0 while inside at least one grad_tape block
+
+
+class grad_tape:
+    """Context manager: ops inside it are recorded for ``ng.backward``.
+
+    Outside a tape ops still compute but record nothing. Tapes nest.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> grad_tape:
+        global _depth
+        _depth += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        global _depth
+        _depth -= 1
+
+
+def recording() -> bool:
+    """Whether ops are being recorded right now."""
+    return _depth > 0
+
+
+class Node:
+    """One recorded op: its backward function, inputs and saved arrays."""
+
+    __slots__ = ("backward", "inputs", "saved", "done")
+
+    def __init__(self, backward: Callable, inputs: tuple, saved: tuple = ()) -> None:
+        self.backward = backward
+        self.inputs = inputs
+        self.saved = saved
+        self.done = False
+
+
+class _Backward:
+    """Where one reverse pass writes gradients.
+
+    Intermediate gradients live in ``pending`` until their node runs. A
+    param's gradient goes straight into its accumulator (``collect`` off),
+    or into a fresh per-call array that is added to the accumulator at the
+    end and returned to the caller (``collect`` on).
+    """
+
+    __slots__ = ("collect", "pending", "calls")
+
+    def __init__(self, collect: bool) -> None:
+        self.collect = collect
+        self.pending: dict[Node, Any] = {}
+        self.calls: dict[Tensor, Any] = {}
+
+    def dest(self, t: Tensor) -> tuple[Any, float]:
+        """An array to write ``t``'s gradient into, and the beta to use:
+        0.0 means overwrite it, 1.0 means add to what is there."""
+        node = t._node
+        if node is None:
+            if not self.collect:
+                # A cleared accumulator holds zeros, so adding is always right.
+                t._live = True
+                return t.accumulator(), 1.0
+            store, key = self.calls, t
+            make = t._kern.empty
+        else:
+            store, key = self.pending, node
+            make = None
+        array = store.get(key)
+        if array is not None:
+            return array, 1.0
+        array = make(t.shape, t.dtype) if make else buffers.take(t._kern, t.shape, t.dtype)
+        store[key] = array
+        return array, 0.0
+
+    def give(self, t: Tensor, grad: Any) -> None:
+        """Hand over a finished gradient for ``t`` that the pass may keep."""
+        if not t.requires_grad:
+            return
+        node = t._node
+        if node is not None and node not in self.pending:
+            self.pending[node] = grad
+            return
+        array, beta = self.dest(t)
+        t._kern.axpby(1.0, grad, beta, array)
+
+
+def _reverse_order(root: Node) -> list[Node]:
+    """Nodes reachable from ``root``, each after every node that uses it."""
+    chain = [root]   # fast path: a plain chain, each node fed by at most one node
+    node = root
+    while True:
+        parents = [t._node for t in node.inputs if t._node is not None]
+        if not parents:
+            return chain
+        if len(parents) > 1:
+            break
+        node = parents[0]
+        chain.append(node)
+    order: list[Node] = []
+    seen = {root}
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        stack.append((node, True))
+        for t in node.inputs:
+            parent = t._node
+            if parent is not None and parent not in seen:
+                seen.add(parent)
+                stack.append((parent, False))
+    order.reverse()
+    return order
+
+
+def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
+    """The reverse pass behind ``ng.backward`` and ``Tensor.backward``."""
+    if not isinstance(loss, Tensor):
+        raise TypeError(f"backward needs a Tensor loss, got {type(loss).__name__}")
+    root = loss._node
+    if root is None:
+        raise ValueError("the loss was not recorded on a tape: compute it inside "
+                         "`with ng.grad_tape():` from at least one ng.param")
+    if loss.size != 1:
+        raise ValueError(f"backward needs a one-element loss, got shape {loss.shape}")
+    order = _reverse_order(root)
+    for node in order:
+        if node.done:
+            raise RuntimeError("backward was already run through this recorded graph; "
+                               "record the forward again inside ng.grad_tape() "
+                               "(running it twice would count its gradients twice)")
+    ctx = _Backward(collect)
+    for node in order:
+        node.backward(ctx, node, ctx.pending.pop(node, None))
+        node.done = True
+        node.saved = ()
+    if not collect:
+        return None
+    grads = {}
+    for t, g in ctx.calls.items():
+        t._kern.axpby(1.0, g, 1.0, t.accumulator())
+        t._live = True
+        if isinstance(g, np.ndarray):
+            g.flags.writeable = False
+        grads[t.id] = g
+    return MappingProxyType(grads)
+
+
+def backward(loss: Tensor) -> Mapping[int, Any]:
+    """Back-propagate ``loss``; return this call's gradients by ``param.id``.
+
+    Every param reached also gets this call's gradient added into its
+    ``.grad``. The returned mapping is read-only and its arrays are never
+    touched by later calls. ``loss.backward()`` is the copy-free variant.
+    """
+    return run_backward(loss, collect=True)

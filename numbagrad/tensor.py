@@ -1,0 +1,252 @@
+"""Tensor: an array on a device, and the trainable leaf ``param``.
+
+Tensors have reference semantics: ops read ``.data`` in place, optimizers
+update a param's data in place, and a param's ``.grad`` is one accumulator
+that every backward pass adds into until it is cleared.
+"""
+from __future__ import annotations
+
+import itertools
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from . import kernels
+
+_ids = itertools.count(1)
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class Tensor:
+    """An n-dimensional array with an autograd identity.
+
+    Build one with ``ng.tensor``, ``ng.param`` or ``ng.as_tensor``; ops
+    return new tensors. ``.data`` is the live array (host ``numpy.ndarray``
+    on "cpu", a Numba device array on "cuda"); ``.numpy()`` is a host copy.
+    """
+
+    __slots__ = ("_data", "_kern", "requires_grad", "id", "_node",
+                 "_acc", "_live", "_owner", "__weakref__")
+
+    def __init__(self, data: Any, kern: ModuleType, requires_grad: bool = False,
+                 node: Any = None) -> None:
+        self._data = data
+        self._kern = kern
+        self.requires_grad = requires_grad
+        self.id = next(_ids)
+        self._node = node      # the tape record that produced it, if any
+        self._acc = None       # gradient accumulator (params only)
+        self._live = False     # whether _acc holds a gradient (.grad not None)
+        self._owner = None     # the optimizer group whose flat buffers hold it
+
+    # ------------------------------------------------------------ views
+    @property
+    def data(self) -> Any:
+        return self._data
+
+    @property
+    def device(self) -> str:
+        return self._kern.name
+
+    @property
+    def shape(self) -> tuple:
+        return self._data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._data.shape)
+
+    @property
+    def size(self) -> int:
+        return self._data.size
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def is_param(self) -> bool:
+        return self.requires_grad and self._node is None
+
+    def numpy(self) -> np.ndarray:
+        """A host copy of the data (never shares memory with the tensor)."""
+        return self._kern.to_host(self._data)
+
+    def item(self) -> float:
+        """The value of a one-element tensor as a Python float."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a one-element tensor, got shape {self.shape}")
+        return float(self.numpy().reshape(-1)[0])
+
+    def __float__(self) -> float:
+        return self.item()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        host = self._data if self._kern.name == "cpu" else self.numpy()
+        if dtype is not None:
+            host = host.astype(dtype, copy=False)
+        return np.array(host, copy=True) if copy else host
+
+    def __len__(self) -> int:
+        return self._data.shape[0]
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        extra = ", param=True" if self.is_param else ""
+        return f"tensor({body}, dtype={self.dtype}, device='{self.device}'{extra})"
+
+    def __matmul__(self, other: Any) -> Tensor:
+        from .ops import matmul
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        from .ops import matmul
+        return matmul(other, self)
+
+    def to(self, device: str) -> Tensor:
+        """This tensor on ``device``: itself if already there, else a copy.
+
+        A param copies into a new, independent param (its ``.grad`` is not
+        carried); nothing is recorded on the tape.
+        """
+        if device == self.device:
+            return self
+        kern = kernels.get(device)
+        return Tensor(kern.from_host(self.numpy()), kern, self.is_param)
+
+    def backward(self) -> None:
+        """Add this loss's gradients into every reached param's ``.grad``.
+
+        The fast path of ``ng.backward``: no per-call copies are made and
+        nothing is returned.
+        """
+        from .tape import run_backward
+        run_backward(self, collect=False)
+
+    # ------------------------------------------------------------ grad
+    @property
+    def grad(self) -> Any:
+        """The accumulated gradient (same shape, dtype and device), or None.
+
+        It is the accumulator itself, reused across windows: copy it if you
+        need the values after the next clear (``opt.step``, ``zero_grad``).
+        """
+        return self._acc if self._live else None
+
+    @grad.setter
+    def grad(self, value: Any) -> None:
+        if not self.is_param:
+            raise AttributeError("only a param (ng.param) has a settable .grad")
+        if value is None:
+            if self._live:
+                self._kern.fill(self._acc, 0.0)
+                self._live = False
+            return
+        if isinstance(value, Tensor):
+            value = value.data
+        if not self._kern.is_device_array(value):
+            raise TypeError(
+                f"grad for a {self.device} param must be a {self.device} array, "
+                f"got {type(value).__name__}")
+        if value.shape != self.shape or value.dtype != self.dtype:
+            raise ValueError(
+                f"grad of shape {value.shape} and dtype {value.dtype} does not match "
+                f"param of shape {self.shape} and dtype {self.dtype}")
+        acc = self.accumulator()
+        if value is not acc:
+            self._kern.axpby(1.0, value, 0.0, acc)
+        self._live = True
+
+    def accumulator(self) -> Any:
+        """This param's gradient buffer, created zeroed on first use."""
+        if self._acc is None:
+            acc = self._kern.empty(self.shape, self.dtype)
+            self._kern.fill(acc, 0.0)
+            self._acc = acc
+        return self._acc
+
+
+# ---------------------------------------------------------------- builders
+def _host_array(data: Any, dtype: Any) -> np.ndarray:
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    array = np.asarray(data)
+    if dtype is not None:
+        want = np.dtype(dtype)
+        if want not in _FLOATS:
+            raise TypeError(f"dtype must be float32 or float64, got {want}")
+    elif array.dtype in _FLOATS:
+        want = array.dtype
+    elif array.dtype.kind in "iuf":
+        want = np.dtype(np.float64)
+    else:
+        raise TypeError(f"tensor data must be real numbers, got dtype {array.dtype}")
+    if array.ndim not in (1, 2):
+        raise ValueError(f"tensor data must be 1-D or 2-D, got shape {array.shape}")
+    return np.array(array, dtype=want, order="C", copy=True)
+
+
+def tensor(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
+    """A tensor owning a C-contiguous copy of ``data`` on ``device``.
+
+    float32 and float64 data keep their dtype; other real numbers become
+    float64 unless ``dtype`` says otherwise. 1-D and 2-D data only.
+    """
+    kern = kernels.get(device)
+    return Tensor(kern.from_host(_host_array(data, dtype)), kern)
+
+
+def param(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
+    """A trainable leaf: ``ng.tensor`` with ``requires_grad=True``."""
+    kern = kernels.get(device)
+    return Tensor(kern.from_host(_host_array(data, dtype)), kern, requires_grad=True)
+
+
+def as_tensor(array: Any) -> Tensor:
+    """Wrap an existing C-contiguous float32/float64 array without copying.
+
+    Like ``torch.from_numpy``: the tensor and the array share memory. A
+    host ``numpy.ndarray`` gives a "cpu" tensor, a Numba CUDA device array
+    a "cuda" one. Use ``ng.tensor`` to copy anything else.
+    """
+    if isinstance(array, np.ndarray):
+        kern = kernels.get("cpu")
+    elif type(array).__module__.startswith("numba.cuda"):
+        kern = kernels.get("cuda")
+    else:
+        raise TypeError(f"as_tensor wraps a numpy or Numba CUDA array, got "
+                        f"{type(array).__name__}; use ng.tensor to copy other data")
+    if array.dtype not in _FLOATS:
+        raise TypeError(f"as_tensor needs float32 or float64 data, got {array.dtype}; "
+                        "use ng.tensor to convert")
+    if len(array.shape) not in (1, 2):
+        raise ValueError(f"as_tensor needs 1-D or 2-D data, got shape {array.shape}")
+    if not array.flags["C_CONTIGUOUS"]:
+        raise ValueError("as_tensor needs a C-contiguous array; use ng.tensor to copy")
+    return Tensor(array, kern)
+
+
+def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
+    """``value`` as a Tensor on ``kern``'s device, for an op's operand.
+
+    Tensors pass through. An array of ``like``'s device that is C-contiguous
+    float32/float64 is wrapped without a copy; other host data is copied for
+    a "cpu" op and refused for a "cuda" one (that would be a hidden copy).
+    """
+    if isinstance(value, Tensor):
+        return value
+    if kern.is_device_array(value) and value.dtype in _FLOATS \
+            and value.flags["C_CONTIGUOUS"] and len(value.shape) in (1, 2):
+        return Tensor(value, kern)
+    if kern.name != "cpu":
+        raise ValueError(f"{what} is {type(value).__name__} data on the host but the op "
+                         f"runs on {kern.name}; pass ng.tensor(..., device={kern.name!r})")
+    try:
+        return Tensor(_host_array(value, None), kern)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{what}: {exc}") from None

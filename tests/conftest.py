@@ -1,0 +1,73 @@
+"""Shared fixtures: every device-aware test runs once per device.
+
+The CUDA half runs under Numba's CUDA simulator unless NUMBA_ENABLE_CUDASIM
+is set to 0 beforehand (scripts/gpu_check.py does that on a real GPU). The
+simulator is switched on here, before anything imports numba, with small
+launch shapes so that several blocks, the grid-stride loops and the bounds
+guards all run.
+"""
+import os
+import sys
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+if os.environ["NUMBA_ENABLE_CUDASIM"] == "1":
+    for key, value in {"NUMBAGRAD_CUDA_TILE": "4", "NUMBAGRAD_CUDA_WPT": "2",
+                       "NUMBAGRAD_CUDA_THREADS": "32", "NUMBAGRAD_CUDA_BLOCKS": "3"}.items():
+        os.environ.setdefault(key, value)
+    if "numba" in sys.modules and not sys.modules["numba"].config.ENABLE_CUDASIM:
+        raise RuntimeError("numba was imported before tests/conftest.py could enable "
+                           "the CUDA simulator; set NUMBA_ENABLE_CUDASIM=1 yourself")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import numbagrad as ng  # noqa: E402
+
+SIMULATED = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+
+
+class Dev:
+    """Builds test data on one device and reads results back to the host."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def tensor(self, x, dtype=None):
+        return ng.tensor(x, dtype=dtype, device=self.name)
+
+    def param(self, x, dtype=None):
+        return ng.param(x, dtype=dtype, device=self.name)
+
+    @staticmethod
+    def host(x) -> np.ndarray:
+        """Any array, tensor or device array as a host ndarray."""
+        if isinstance(x, ng.Tensor):
+            return x.numpy()
+        if hasattr(x, "copy_to_host"):
+            return x.copy_to_host()
+        return np.asarray(x)
+
+    @staticmethod
+    def address(array) -> int:
+        """The device address of an array's first element."""
+        iface = getattr(array, "__cuda_array_interface__", None)
+        if iface is None:
+            array = getattr(array, "_ary", array)   # the simulator's fake device array
+            iface = array.__array_interface__
+        return iface["data"][0]
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def dev(request) -> Dev:
+    if request.param == "cuda" and not ng.cuda_available():
+        pytest.skip("CUDA unusable here: " + str(ng.kernels.cuda_unavailable_reason()))
+    return Dev(request.param)
+
+
+def mse_loss_of(dev: Dev, W, x, y, reduction="mean"):
+    """Record mse_loss(W @ x, y) on a tape and return the loss."""
+    with ng.grad_tape():
+        return ng.mse_loss(ng.matmul(W, dev.tensor(x)), dev.tensor(y), reduction=reduction)
