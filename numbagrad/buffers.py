@@ -18,14 +18,14 @@ _free: dict[tuple, list] = {}
 _IDLE_REFS = 3
 
 
-def take(kern: ModuleType, shape: tuple, dtype) -> object:
+def take(kern: ModuleType, shape: tuple, dtype, _refs=sys.getrefcount) -> object:
     """An array of ``shape``/``dtype`` on ``kern``'s device, contents undefined."""
-    key = (kern.name, shape, dtype)
+    key = (shape, dtype, kern)
     pool = _free.get(key)
     if pool is None:
         pool = _free[key] = []
     for array in pool:
-        if sys.getrefcount(array) == _IDLE_REFS:
+        if _refs(array) == _IDLE_REFS:
             return array
     array = kern.empty(shape, dtype)
     if len(pool) < _MAX_PER_KEY:

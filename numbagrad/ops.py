@@ -61,33 +61,36 @@ def matmul(a: Any, b: Any) -> Tensor:
                          f"{a2[1]} (last dim of first) != {b2[0]} (first dim of second)")
     kern = a._kern
     out = buffers.take(kern, out_shape, ad.dtype)
-    kern.gemm(_as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
-              False, False, 1.0, 0.0)
+    if a2 is sa and b2 is sb:
+        kern.gemm(ad, bd, out, False, False, 1.0, 0.0)
+    else:
+        kern.gemm(_as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
+                  False, False, 1.0, 0.0)
     if tape._depth and (a.requires_grad or b.requires_grad):
-        return Tensor(out, kern, True, Node(_matmul_backward, (a, b)))
+        return Tensor(out, kern, True, Node(_matmul_backward, (a, b), (a2, b2)))
     return Tensor(out, kern)
 
 
 def _matmul_backward(ctx: tape._Backward, node: Node, gout: Any) -> None:
     a, b = node.inputs
+    a2, b2 = node.saved     # the operands' shapes as matrices
     kern = a._kern
-    a2 = a.shape if a.ndim == 2 else (1, a.shape[0])
-    b2 = b.shape if b.ndim == 2 else (b.shape[0], 1)
+    ad, bd = a._data, b._data
     o2 = (a2[0], b2[1])
     if gout is None:
-        gout = buffers.take(kern, o2, a.dtype)
+        gout = buffers.take(kern, o2, ad.dtype)
         kern.fill(gout, 1.0)
     g = _as_matrix(gout, o2)
     if a.requires_grad:   # dA = G @ B^T
         dest, beta = ctx.dest(a)
-        kern.gemm(g, _as_matrix(b._data, b2), _as_matrix(dest, a2), False, True, 1.0, beta)
+        kern.gemm(g, _as_matrix(bd, b2), _as_matrix(dest, a2), False, True, 1.0, beta)
     if b.requires_grad:   # dB = A^T @ G
         dest, beta = ctx.dest(b)
-        kern.gemm(_as_matrix(a._data, a2), g, _as_matrix(dest, b2), True, False, 1.0, beta)
+        kern.gemm(_as_matrix(ad, a2), g, _as_matrix(dest, b2), True, False, 1.0, beta)
 
 
 # ---------------------------------------------------------------- mse_loss
-_SCALES = {"mean": None, "sum": 1.0}
+_SCALES = {"mean": None, "sum": 1.0}   # None: 1 / number of elements
 
 
 def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:

@@ -106,14 +106,20 @@ def _reverse_order(root: Node) -> list[Node]:
     """Nodes reachable from ``root``, each after every node that uses it."""
     chain = [root]   # fast path: a plain chain, each node fed by at most one node
     node = root
-    while True:
-        parents = [t._node for t in node.inputs if t._node is not None]
-        if not parents:
-            return chain
-        if len(parents) > 1:
-            break
-        node = parents[0]
-        chain.append(node)
+    while node is not None:
+        parent = None
+        for t in node.inputs:
+            if t._node is not None:
+                if parent is not None:
+                    return _reverse_order_general(root)
+                parent = t._node
+        if parent is not None:
+            chain.append(parent)
+        node = parent
+    return chain
+
+
+def _reverse_order_general(root: Node) -> list[Node]:
     order: list[Node] = []
     seen = {root}
     stack = [(root, False)]
@@ -134,13 +140,13 @@ def _reverse_order(root: Node) -> list[Node]:
 
 def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     """The reverse pass behind ``ng.backward`` and ``Tensor.backward``."""
-    if not isinstance(loss, Tensor):
-        raise TypeError(f"backward needs a Tensor loss, got {type(loss).__name__}")
-    root = loss._node
+    root = getattr(loss, "_node", None)
     if root is None:
+        if not isinstance(loss, Tensor):
+            raise TypeError(f"backward needs a Tensor loss, got {type(loss).__name__}")
         raise ValueError("the loss was not recorded on a tape: compute it inside "
                          "`with ng.grad_tape():` from at least one ng.param")
-    if loss.size != 1:
+    if loss._data.size != 1:
         raise ValueError(f"backward needs a one-element loss, got shape {loss.shape}")
     order = _reverse_order(root)
     for node in order:
@@ -149,8 +155,9 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
                                "record the forward again inside ng.grad_tape() "
                                "(running it twice would count its gradients twice)")
     ctx = _Backward(collect)
+    pending = ctx.pending
     for node in order:
-        node.backward(ctx, node, ctx.pending.pop(node, None))
+        node.backward(ctx, node, pending.pop(node, None))
         node.done = True
         node.saved = ()
     if not collect:

@@ -101,12 +101,10 @@ class Tensor:
         return f"tensor({body}, dtype={self.dtype}, device='{self.device}'{extra})"
 
     def __matmul__(self, other: Any) -> Tensor:
-        from .ops import matmul
-        return matmul(self, other)
+        return ops.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Tensor:
-        from .ops import matmul
-        return matmul(other, self)
+        return ops.matmul(other, self)
 
     def to(self, device: str) -> Tensor:
         """This tensor on ``device``: itself if already there, else a copy.
@@ -125,8 +123,7 @@ class Tensor:
         The fast path of ``ng.backward``: no per-call copies are made and
         nothing is returned.
         """
-        from .tape import run_backward
-        run_backward(self, collect=False)
+        tape.run_backward(self, False)
 
     # ------------------------------------------------------------ grad
     @property
@@ -250,3 +247,7 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
         return Tensor(_host_array(value, None), kern)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{what}: {exc}") from None
+
+
+# ops and tape build on Tensor, so they are imported once it exists.
+from . import ops, tape  # noqa: E402

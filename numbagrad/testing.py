@@ -9,42 +9,47 @@ from .tape import backward, grad_tape
 from .tensor import Tensor
 
 
+def _central_difference(loss_fn: Callable[[], Tensor], p: Tensor, base: np.ndarray,
+                        step: np.ndarray) -> float:
+    """(f(p + step) - f(p - step)) / 2, evaluated with p's data set in place."""
+    kern = p._kern
+    kern.upload(base + step, p.data)
+    up = loss_fn().item()
+    kern.upload(base - step, p.data)
+    down = loss_fn().item()
+    return (up - down) / 2
+
+
 def numeric_grad(loss_fn: Callable[[], Tensor], p: Tensor, eps: float) -> np.ndarray:
-    """d loss / d p by central differences, perturbing ``p`` in place.
+    """d loss / d p by central differences, one element at a time.
 
     ``p``'s data is restored exactly afterwards.
     """
-    kern = p._kern
-    original = p.numpy()
-    work = original.copy()
-    flat = work.reshape(-1)
-    grad = np.zeros(original.shape, np.float64)
-    gflat = grad.reshape(-1)
+    base = p.numpy()
+    grad = np.zeros(base.shape, np.float64)
+    step = np.zeros_like(base)
     try:
-        for i in range(flat.size):
-            x = flat[i]
-            flat[i] = x + eps
-            kern.upload(work, p.data)
-            up = loss_fn().item()
-            flat[i] = x - eps
-            kern.upload(work, p.data)
-            down = loss_fn().item()
-            flat[i] = x
-            gflat[i] = (up - down) / (2 * eps)
+        for i in np.ndindex(base.shape):
+            step[i] = eps
+            grad[i] = _central_difference(loss_fn, p, base, step) / eps
+            step[i] = 0
     finally:
-        kern.upload(original, p.data)
+        p._kern.upload(base, p.data)
     return grad
 
 
 def gradcheck(loss_fn: Callable[[], Tensor], params: Sequence[Tensor], *,
               eps: float | None = None, rtol: float | None = None,
-              atol: float | None = None) -> None:
+              atol: float | None = None, directions: int | None = None,
+              seed: int = 0) -> None:
     """Assert that ``ng.backward`` matches finite differences for ``params``.
 
     ``loss_fn`` builds a one-element loss from the params; it is called once
-    on a tape for the analytic gradients and twice per element for the
-    numeric ones. Defaults suit float64; float32 params get looser ones.
-    Raises AssertionError naming the param and the worst element.
+    on a tape for the analytic gradients, then twice per numeric derivative:
+    per element by default, or, with ``directions=n``, along n random
+    directions per param (HIPS autograd's cheaper check, for slow devices).
+    Defaults suit float64; float32 params get looser ones. Raises
+    AssertionError naming the param and the worst mismatch.
     """
     single = all(p.dtype == np.float32 for p in params)
     eps = eps if eps is not None else (1e-2 if single else 1e-6)
@@ -53,15 +58,27 @@ def gradcheck(loss_fn: Callable[[], Tensor], params: Sequence[Tensor], *,
     with grad_tape():
         loss = loss_fn()
     analytic = backward(loss)
+    rng = np.random.default_rng(seed)
     for n, p in enumerate(params):
         if p.id not in analytic:
             raise AssertionError(f"params[{n}] (shape {p.shape}) got no gradient")
         got = np.asarray(p._kern.to_host(analytic[p.id]), np.float64)
-        want = numeric_grad(loss_fn, p, eps)
+        if directions is None:
+            want = numeric_grad(loss_fn, p, eps)
+        else:
+            base = p.numpy()
+            vs = rng.normal(size=(directions,) + base.shape)
+            try:
+                want = np.array([_central_difference(loss_fn, p, base, eps * v) / eps
+                                 for v in vs])
+            finally:
+                p._kern.upload(base, p.data)
+            got = np.array([(got * v).sum() for v in vs])
         bad = np.abs(got - want) > atol + rtol * np.abs(want)
         if bad.any():
             i = np.unravel_index(np.argmax(np.abs(got - want)), got.shape)
+            what = "direction" if directions else "element"
             raise AssertionError(
                 f"params[{n}] (shape {p.shape}, {p.dtype}): backward gives {got[i]!r} at "
-                f"{i}, finite differences {want[i]!r} ({int(bad.sum())} of {bad.size} "
-                f"elements off)")
+                f"{what} {i}, finite differences {want[i]!r} ({int(bad.sum())} of "
+                f"{bad.size} off)")

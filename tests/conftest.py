@@ -11,8 +11,11 @@ import sys
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 if os.environ["NUMBA_ENABLE_CUDASIM"] == "1":
-    for key, value in {"NUMBAGRAD_CUDA_TILE": "4", "NUMBAGRAD_CUDA_WPT": "2",
-                       "NUMBAGRAD_CUDA_THREADS": "32", "NUMBAGRAD_CUDA_BLOCKS": "3"}.items():
+    # The simulator runs each CUDA thread as a Python thread: few per block
+    # keeps it quick while 4x4 GEMM tiles and 2 blocks of 8 threads still
+    # leave every bounds guard and grid-stride loop something to do.
+    for key, value in {"NUMBAGRAD_CUDA_TILE": "2", "NUMBAGRAD_CUDA_WPT": "2",
+                       "NUMBAGRAD_CUDA_THREADS": "8", "NUMBAGRAD_CUDA_BLOCKS": "2"}.items():
         os.environ.setdefault(key, value)
     if "numba" in sys.modules and not sys.modules["numba"].config.ENABLE_CUDASIM:
         raise RuntimeError("numba was imported before tests/conftest.py could enable "

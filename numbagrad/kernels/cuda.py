@@ -210,26 +210,18 @@ def _axpby_source(dtype):
     return axpby_kernel
 
 
-@cuda.jit(device=True)
-def _segment_of(seg, i):
-    """The s with seg[s] <= i < seg[s + 1] (seg is sorted)."""
-    lo = 0
-    hi = seg.size - 2
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if seg[mid] <= i:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
+# The optimizer kernels walk the params (segments) in order, each with its
+# own grid-stride loop, so per-param constants are computed once per thread
+# and no element needs to search for its segment.
 def _sgd_source(dtype):
     def sgd_kernel(w, g, v, seg, live, lr, momentum, scale):
-        i = cuda.grid(1)
+        start = cuda.grid(1)
         stride = cuda.gridsize(1)
-        while i < w.size:
-            if live[_segment_of(seg, i)]:
+        for s in range(seg.size - 1):
+            if not live[s]:
+                continue
+            i = seg[s] + start
+            while i < seg[s + 1]:
                 gi = scale * g[i]
                 if momentum != 0.0:
                     v[i] = momentum * v[i] + gi
@@ -237,7 +229,7 @@ def _sgd_source(dtype):
                 else:
                     w[i] = w[i] - lr * gi
                 g[i] = 0.0
-            i += stride
+                i += stride
 
     return sgd_kernel
 
@@ -245,24 +237,24 @@ def _sgd_source(dtype):
 def _adam_source(dtype):
     def adam_kernel(w, g, m, v, seg, live, steps_in, steps_out,
                     lr, beta1, beta2, eps, scale):
-        i = cuda.grid(1)
+        start = cuda.grid(1)
         stride = cuda.gridsize(1)
-        j = i
-        while j < live.size:   # the step counts, read from steps_in only
-            steps_out[j] = steps_in[j] + (1 if live[j] else 0)
-            j += stride
-        while i < w.size:
-            s = _segment_of(seg, i)
-            if live[s]:
-                t = steps_in[s] + 1
-                step_size = lr / (1.0 - beta1 ** t)
-                bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
+        for s in range(seg.size - 1):
+            t = steps_in[s] + (1 if live[s] else 0)
+            if start == 0:
+                steps_out[s] = t
+            if not live[s]:
+                continue
+            step_size = lr / (1.0 - beta1 ** t)
+            bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
+            i = seg[s] + start
+            while i < seg[s + 1]:
                 gi = scale * g[i]
                 m[i] = m[i] + (1.0 - beta1) * (gi - m[i])
                 v[i] = v[i] * beta2 + (1.0 - beta2) * gi * gi
                 w[i] = w[i] - step_size * (m[i] / (math.sqrt(v[i]) / bc2_sqrt + eps))
                 g[i] = 0.0
-            i += stride
+                i += stride
 
     return adam_kernel
 
@@ -368,6 +360,6 @@ def adam_update(w, g, m, v, seg, live, steps_in, steps_out,
                 lr, beta1, beta2, eps, scale) -> None:
     """Fused Adam over flat buffers; see ``kernels.cpu.adam_update``."""
     _counts["launches"] += 1
-    _compiled("adam_update", w.dtype)[_grid(max(w.size, live.size)), THREADS](
+    _compiled("adam_update", w.dtype)[_grid(w.size), THREADS](
         w, g, m, v, seg, live, steps_in, steps_out,
         float(lr), float(beta1), float(beta2), float(eps), float(scale))

@@ -1,0 +1,231 @@
+"""The CUDA kernels: agreement with the CPU ones, launch budget, no copies, PTX.
+
+Under CI these run on Numba's CUDA simulator; ``test_kernels_compile_to_ptx``
+also compiles every kernel for real Hopper and Ampere GPUs.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import numbagrad as ng
+from numbagrad import kernels
+
+pytestmark = pytest.mark.skipif(not ng.cuda_available(), reason="CUDA unusable here")
+
+DTYPES = [np.float32, np.float64]
+TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+@pytest.fixture(scope="module")
+def both():
+    return kernels.get("cpu"), kernels.get("cuda")
+
+
+def host(a):
+    return a.copy_to_host()
+
+
+# ------------------------------------------------------------- agreement
+@pytest.mark.parametrize("dt", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (15, 17, 1), (1, 33, 15), (33, 3, 17),
+                                     (5, 1, 7)])
+def test_gemm_agrees_with_cpu_across_tile_edges(both, dt, m, k, n):
+    # Every transpose variant, with the forward's (1, 0) and the backward's
+    # accumulating (alpha, 1). The simulator's tiles are 4x4; a GPU's 64x64.
+    cpu, gpu = both
+    rng = np.random.default_rng(m * 100 + k * 10 + n)
+    for trans_a, trans_b, alpha, beta in [(False, False, 1.0, 0.0), (False, True, 0.5, 1.0),
+                                          (True, False, 1.0, 1.0), (True, True, 2.0, 0.0)]:
+        a = rng.normal(size=(k, m) if trans_a else (m, k)).astype(dt)
+        b = rng.normal(size=(n, k) if trans_b else (k, n)).astype(dt)
+        c = rng.normal(size=(m, n)).astype(dt)
+        want = c.copy()
+        cpu.gemm(a, b, want, trans_a, trans_b, alpha, beta)
+        got = gpu.from_host(c)
+        gpu.gemm(gpu.from_host(a), gpu.from_host(b), got, trans_a, trans_b, alpha, beta)
+        np.testing.assert_allclose(host(got), want, **TOL[dt],
+                                   err_msg=f"trans {trans_a},{trans_b} alpha/beta {alpha},{beta}")
+
+
+def test_gemm_with_beta_zero_never_reads_the_output(both):
+    cpu, gpu = both
+    a, b = np.ones((3, 2)), np.ones((2, 5))
+    out = gpu.from_host(np.full((3, 5), np.nan))
+    gpu.gemm(gpu.from_host(a), gpu.from_host(b), out, False, False, 1.0, 0.0)
+    np.testing.assert_array_equal(host(out), np.full((3, 5), 2.0))
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(1,), (15,), (17, 1), (33, 17)])
+def test_mse_agrees_with_cpu(both, dt, shape):
+    cpu, gpu = both
+    rng = np.random.default_rng(len(shape) + shape[0])
+    p, t = rng.normal(size=shape).astype(dt), rng.normal(size=shape).astype(dt)
+    loss, resid = np.empty((), dt), np.empty(shape, dt)
+    cpu.mse(p, t, loss, resid, 1.0 / p.size)
+    for _ in range(2):   # twice: the finished-blocks counter must reset itself
+        g_loss, g_resid = gpu.empty((), dt), gpu.empty(shape, dt)
+        gpu.mse(gpu.from_host(p), gpu.from_host(t), g_loss, g_resid, 1.0 / p.size)
+        np.testing.assert_allclose(host(g_loss), loss, **TOL[dt])
+        np.testing.assert_allclose(host(g_resid), resid, **TOL[dt])
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=["f32", "f64"])
+def test_elementwise_and_optimizer_kernels_agree_with_cpu(both, dt):
+    cpu, gpu = both
+    rng = np.random.default_rng(3)
+    sizes = [1, 15, 17, 2, 3]           # 38 elements: more than one grid of threads
+    seg = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    live = np.array([1, 1, 0, 1, 1], np.uint8)
+    n = int(seg[-1])
+    w, g, m, v = (rng.normal(size=n).astype(dt) for _ in range(4))
+    v = np.abs(v)
+    steps = np.array([0, 3, 1, 2, 0], np.int64)
+
+    x = rng.normal(size=n).astype(dt)
+    for fn, args in [("fill", (2.5,)), ("axpby", (0.5, x, 2.0)), ("axpby", (1.5, x, 0.0))]:
+        want = w.copy()
+        if fn == "fill":
+            cpu.fill(want, *args)
+            got = gpu.from_host(w)
+            gpu.fill(got, *args)
+        else:
+            alpha, src, beta = args
+            cpu.axpby(alpha, src, beta, want)
+            got = gpu.from_host(w)
+            gpu.axpby(alpha, gpu.from_host(src), beta, got)
+        np.testing.assert_allclose(host(got), want, **TOL[dt])
+
+    for momentum in (0.0, 0.9):
+        c = [a.copy() for a in (w, g, v)]
+        cpu.sgd_update(c[0], c[1], c[2], seg, live, 0.1, momentum, 0.25)
+        d = [gpu.from_host(a) for a in (w, g, v)]
+        gpu.sgd_update(d[0], d[1], d[2], gpu.from_host(seg), gpu.from_host(live), 0.1,
+                       momentum, 0.25)
+        for got, want in zip(d, c):
+            np.testing.assert_allclose(host(got), want, **TOL[dt])
+
+    c = [a.copy() for a in (w, g, m, v)]
+    c_steps = np.empty_like(steps)
+    cpu.adam_update(*c, seg, live, steps, c_steps, 0.01, 0.9, 0.999, 1e-8, 0.5)
+    d = [gpu.from_host(a) for a in (w, g, m, v)]
+    d_steps = gpu.empty(steps.shape, np.int64)
+    gpu.adam_update(*d, gpu.from_host(seg), gpu.from_host(live), gpu.from_host(steps),
+                    d_steps, 0.01, 0.9, 0.999, 1e-8, 0.5)
+    for got, want in zip(d, c):
+        np.testing.assert_allclose(host(got), want, **TOL[dt])
+    np.testing.assert_array_equal(host(d_steps), c_steps)
+    np.testing.assert_array_equal(c_steps, steps + live)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=["f32", "f64"])
+def test_a_training_run_agrees_with_cpu(dt):
+    rng = np.random.default_rng(4)
+    w0, X, Y = rng.normal(size=(5, 17)), rng.normal(size=(17, 6)), rng.normal(size=(5, 6))
+    finals = []
+    for device in ("cpu", "cuda"):
+        W = ng.param(w0, dtype=dt, device=device)
+        opt = ng.optim.Adam([W], lr=0.01, accumulate_steps=2)
+        x, y = ng.tensor(X, dtype=dt, device=device), ng.tensor(Y, dtype=dt, device=device)
+        for _ in range(4):
+            with ng.grad_tape():
+                loss = ng.mse_loss(W @ x, y)
+            loss.backward()
+            opt.step()
+        finals.append((W.numpy(), loss.item()))
+    np.testing.assert_allclose(finals[1][0], finals[0][0], **TOL[dt])
+    np.testing.assert_allclose(finals[1][1], finals[0][1], **TOL[dt])
+
+
+# ------------------------------------------------ launches and transfers
+def small_problem(k):
+    rng = np.random.default_rng(5)
+    W = ng.param(rng.normal(size=(3, 4)), device="cuda")
+    x = ng.tensor(rng.normal(size=(4, 2)), device="cuda")
+    y = ng.tensor(rng.normal(size=(3, 2)), device="cuda")
+    return W, x, y, ng.optim.SGD([W], lr=0.1, momentum=0.9, accumulate_steps=k)
+
+
+def test_launch_budget():
+    W, x, y, opt = small_problem(k=2)
+    launches = ng.cuda.launch_count
+    for _ in range(2):   # warm-up window
+        with ng.grad_tape():
+            loss = ng.mse_loss(W @ x, y)
+        loss.backward()
+        opt.step()
+    for applied in (False, True):
+        before = launches()
+        with ng.grad_tape():
+            loss = ng.mse_loss(W @ x, y)
+        loss.backward()
+        forward_backward = launches() - before
+        assert forward_backward <= 4, f"{forward_backward} launches for forward + backward"
+        before = launches()
+        assert opt.step() is applied
+        assert launches() - before == (1 if applied else 0)
+
+
+def test_a_micro_step_makes_no_host_device_copies(monkeypatch):
+    from numba import cuda
+    W, x, y, opt = small_problem(k=3)
+
+    def micro_step():
+        with ng.grad_tape():
+            loss = ng.mse_loss(W @ x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(3):
+        micro_step()
+    copies = []
+    array_type = type(W.data)
+    for name in ("copy_to_host", "copy_to_device"):
+        real = getattr(array_type, name)
+        monkeypatch.setattr(array_type, name,
+                            lambda self, *a, _real=real, _n=name, **kw:
+                            (copies.append(_n), _real(self, *a, **kw))[1])
+    real_to_device = cuda.to_device
+    monkeypatch.setattr(cuda, "to_device",
+                        lambda *a, **kw: (copies.append("to_device"), real_to_device(*a, **kw))[1])
+    before = ng.cuda.transfer_count()
+    for _ in range(6):
+        loss = micro_step()
+    assert copies == [] and ng.cuda.transfer_count() == before
+    assert kernels.get("cuda").is_device_array(loss.data)   # the loss stays on the device
+    loss.item()
+    assert copies == ["copy_to_host"]
+
+
+# ------------------------------------------------------------------ PTX
+PTX_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from numba import cuda
+    from numbagrad.kernels import cuda as kc
+    done = []
+    configs = [dict(), dict(tile=2, wpt=2, threads=8), dict(tile=8, wpt=2, threads=1024)]
+    for config in configs:
+        for name, fn, sig in kc.kernel_sources(**config):
+            for cc in [(9, 0), (8, 0)]:
+                ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
+                assert ".entry" in ptx and f"sm_{cc[0]}{cc[1]}" in ptx, name
+                done.append([name, str(sig), cc[0], config])
+    print(json.dumps(done))
+""")
+
+
+def test_kernels_compile_to_ptx_for_hopper_and_ampere():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = json.loads(run.stdout.strip().splitlines()[-1])
+    names = {name for name, *_ in done}
+    assert names == {"gemm", "mse", "fill", "axpby", "sgd_update", "adam_update"}
+    assert len(done) == 3 * 6 * 2 * 2    # configs x kernels x dtypes x archs

@@ -1,0 +1,235 @@
+"""Bad input raises a clear error before anything changes."""
+import numpy as np
+import pytest
+from conftest import Dev, mse_loss_of
+
+import numbagrad as ng
+from numbagrad import kernels
+
+
+# ----------------------------------------------------------------- tensors
+@pytest.mark.parametrize("data, match", [
+    (np.ones((2, 2), complex), "real numbers"),
+    (np.array(["a", "b"]), "real numbers"),
+    (np.array([True, False]), "real numbers"),
+    (np.ones((2, 2, 2)), r"1-D or 2-D, got shape \(2, 2, 2\)"),
+    (3.0, r"1-D or 2-D, got shape \(\)"),
+])
+def test_tensor_rejects_bad_data(data, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        ng.tensor(data)
+    with pytest.raises((TypeError, ValueError), match=match):
+        ng.param(data)
+
+
+def test_tensor_rejects_a_bad_dtype_or_device():
+    with pytest.raises(TypeError, match="float32 or float64, got int32"):
+        ng.tensor([1, 2], dtype=np.int32)
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        ng.tensor([1.0], device="tpu")
+
+
+def test_as_tensor_refuses_what_it_cannot_share():
+    with pytest.raises(TypeError, match="float32 or float64 data, got int64"):
+        ng.as_tensor(np.arange(3))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ng.as_tensor(np.ones((3, 4))[:, ::2])
+    with pytest.raises(TypeError, match="numpy or Numba CUDA array, got list"):
+        ng.as_tensor([1.0, 2.0])
+
+
+def test_cuda_that_is_not_usable_says_why(monkeypatch):
+    monkeypatch.setattr(kernels, "_loaded", {"cpu": kernels.get("cpu")})
+    monkeypatch.setattr(kernels, "cuda_unavailable_reason", lambda: "no usable CUDA GPU or driver")
+    with pytest.raises(RuntimeError, match='"cuda" requested but not usable: no usable CUDA'):
+        ng.param(np.ones(2), device="cuda")
+    with pytest.raises(RuntimeError, match="not usable"):
+        ng.tensor(np.ones(2)).to("cuda")
+    assert not kernels.cuda_available()
+
+
+# --------------------------------------------------------------------- ops
+def test_matmul_names_both_shapes():
+    with pytest.raises(ValueError, match=r"shapes \(2, 3\) and \(4, 1\) are not aligned"):
+        ng.matmul(ng.tensor(np.ones((2, 3))), ng.tensor(np.ones((4, 1))))
+    with pytest.raises(ValueError, match=r"shapes \(3,\) and \(2,\)"):
+        ng.matmul(ng.tensor(np.ones(3)), ng.tensor(np.ones(2)))
+
+
+def test_ops_name_both_dtypes():
+    a32, b64 = ng.tensor(np.ones((2, 2)), dtype=np.float32), ng.tensor(np.ones((2, 2)))
+    with pytest.raises(TypeError, match=r"first operand float32 \(shape \(2, 2\)\), "
+                                        r"second operand float64"):
+        ng.matmul(a32, b64)
+    with pytest.raises(TypeError, match="pred float32 .*target float64"):
+        ng.mse_loss(a32, b64)
+
+
+def test_ops_name_both_devices():
+    if not ng.cuda_available():
+        pytest.skip("CUDA unusable here")
+    a, b = ng.tensor(np.ones((2, 2))), ng.tensor(np.ones((2, 2)), device="cuda")
+    with pytest.raises(ValueError, match=r"different devices: first operand on cpu .* "
+                                         r"second operand on cuda"):
+        ng.matmul(a, b)
+    with pytest.raises(ValueError, match="pred on cuda .* target on cpu"):
+        ng.mse_loss(b, a)
+    with pytest.raises(ValueError, match="host but the op runs on cuda"):
+        ng.mse_loss(b, np.ones((2, 2)))
+
+
+def test_mse_loss_rejects_mismatched_shapes_and_reductions():
+    p = ng.tensor(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"pred shape \(2, 3\) and target shape \(3, 2\)"):
+        ng.mse_loss(p, np.ones((3, 2)))
+    with pytest.raises(ValueError, match="reduction must be 'mean' or 'sum', got 'max'"):
+        ng.mse_loss(p, np.ones((2, 3)), reduction="max")
+
+
+def test_backward_rejects_a_non_scalar_or_unrecorded_loss():
+    W = ng.param(np.ones((2, 3)))
+    with ng.grad_tape():
+        pred = W @ ng.tensor(np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"one-element loss, got shape \(2, 2\)"):
+        ng.backward(pred)
+    with pytest.raises(TypeError, match="Tensor loss"):
+        ng.backward(np.float64(1.0))
+    assert W.grad is None
+
+
+def test_grad_assignment_is_checked():
+    W = ng.param(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"shape \(3, 2\) and dtype float64 does not match "
+                                         r"param of shape \(2, 3\)"):
+        W.grad = np.ones((3, 2))
+    with pytest.raises(AttributeError, match="only a param"):
+        ng.tensor(np.ones(2)).grad = np.ones(2)
+    assert W.grad is None
+    W.grad = np.full((2, 3), 2.0)
+    np.testing.assert_array_equal(W.grad, np.full((2, 3), 2.0))
+
+
+# -------------------------------------------------------------- optimizers
+@pytest.mark.parametrize("make, match", [
+    (lambda p: ng.optim.SGD(p, lr=-0.1), "lr must be >= 0"),
+    (lambda p: ng.optim.SGD(p, lr=float("nan")), "lr must be a finite"),
+    (lambda p: ng.optim.Adam(p, lr=float("inf")), "lr must be a finite"),
+    (lambda p: ng.optim.SGD(p, lr=True), "lr must be a finite"),
+    (lambda p: ng.optim.SGD(p, lr=0.1, momentum=1.0), r"momentum must be in \[0, 1\)"),
+    (lambda p: ng.optim.SGD(p, lr=0.1, momentum=-0.5), r"momentum must be in \[0, 1\)"),
+    (lambda p: ng.optim.Adam(p, betas=(0.9, 1.0)), r"betas\[1\] must be in \[0, 1\)"),
+    (lambda p: ng.optim.Adam(p, betas=(-0.1, 0.9)), r"betas\[0\] must be in \[0, 1\)"),
+    (lambda p: ng.optim.Adam(p, betas=0.9), "betas must be a pair"),
+    (lambda p: ng.optim.Adam(p, eps=0.0), "eps must be > 0"),
+    (lambda p: ng.optim.SGD(p, lr=0.1, average="yes"), "average must be True or False"),
+    (lambda p: ng.optim.SGD(p, lr=0.1, accumulate_steps=0), "positive integer"),
+])
+def test_bad_hyper_parameters_raise_before_anything_is_built(make, match):
+    W = ng.param(np.ones((2, 2)))
+    data = W.data
+    with pytest.raises((ValueError, TypeError), match=match):
+        make([W])
+    assert W._owner is None and W.data is data
+
+
+@pytest.mark.parametrize("params, match", [
+    ([ng.tensor(np.ones(2))], r"params\[0\] is a Tensor that is not a param"),
+    ({"w": np.ones(2)}, "w is ndarray"),
+    ([], "empty parameter list"),
+    (ng.param(np.ones(2)), "not a single Tensor"),
+    (3, "got int"),
+])
+def test_bad_param_lists_are_rejected(params, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        ng.optim.SGD(params, lr=0.1)
+
+
+def test_duplicate_params_are_ignored():
+    W = ng.param(np.ones((2, 2)))
+    opt = ng.optim.SGD([W, W, W], lr=0.1)
+    assert opt.params == (W,)
+
+
+def snapshot(dev, opt, params):
+    state = opt.state_dict()
+    return ([dev.host(p.data).copy() for p in params],
+            [None if p.grad is None else dev.host(p.grad).copy() for p in params], state)
+
+
+def assert_unchanged(before, after):
+    for a, b in zip(before[0], after[0]):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(before[1], after[1]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+    sa, sb = before[2], after[2]
+    assert (sa["t"], sa["pos"], sa["mode"]) == (sb["t"], sb["pos"], sb["mode"])
+    for ga, gb in zip(sa["groups"], sb["groups"]):
+        for key in ("grad", "live", "seen"):
+            np.testing.assert_array_equal(ga[key], gb[key])
+        assert (ga["window"] is None) == (gb["window"] is None)
+        if ga["window"] is not None:
+            np.testing.assert_array_equal(ga["window"], gb["window"])
+
+
+def test_a_rejected_step_changes_nothing(dev):
+    W, b = dev.param(np.ones((2, 3))), dev.param(np.ones((2, 1)))
+    opt = ng.optim.Adam([W, b], lr=0.1, accumulate_steps=2)
+    x, y = np.ones((3, 1)), np.zeros((2, 1))
+    good = ng.backward(mse_loss_of(dev, W, x, y))
+    opt.step(good)
+    before = snapshot(dev, opt, [W, b])
+    other = Dev("cuda" if dev.name == "cpu" else "cpu")
+    bad_device = other.tensor(np.ones((2, 3))).data if ng.cuda_available() else None
+    wrong = [
+        ({W.id: good[W.id], b.id: dev.tensor(np.ones((1, 2))).data},
+         ValueError, r"has shape \(1, 2\) and dtype float64; the param has shape \(2, 1\)"),
+        ({W.id: dev.tensor(np.ones((2, 3)), dtype=np.float32).data},
+         ValueError, "dtype float32; the param has .* dtype float64"),
+        ({W.id: "nope"}, TypeError, "is str"),
+        ([good[W.id]], TypeError, "takes a mapping"),
+    ]
+    if bad_device is not None:
+        wrong.append(({W.id: bad_device}, TypeError, f"param is on {dev.name}"))
+    for grads, exc, match in wrong:
+        with pytest.raises(exc, match=match):
+            opt.step(grads)
+        assert_unchanged(before, snapshot(dev, opt, [W, b]))
+
+
+def test_a_rejected_state_dict_changes_nothing(dev):
+    W = dev.param(np.ones((2, 3)))
+    opt = ng.optim.SGD([W], lr=0.1, momentum=0.9, accumulate_steps=3)
+    mse_loss_of(dev, W, np.ones((3, 1)), np.zeros((2, 1))).backward()
+    opt.step()
+    before = snapshot(dev, opt, [W])
+    other = ng.optim.SGD([dev.param(np.ones((3, 2)))], lr=0.1, momentum=0.9).state_dict()
+    no_momentum = ng.optim.SGD([dev.param(np.ones((2, 3)))], lr=0.1).state_dict()
+    adam = ng.optim.Adam([dev.param(np.ones((2, 3)))]).state_dict()
+    late = dict(before[2], pos=5)
+    bad_lr = dict(before[2], hyper=dict(before[2]["hyper"], lr=-1.0))
+    for state, match in [(other, r"shapes \[\(3, 2\)\]"), (no_momentum, "momentum"),
+                         (adam, "for Adam, not SGD"), (late, "position 5"),
+                         (bad_lr, "lr must be >= 0"), ({"type": "SGD"}, "malformed")]:
+        with pytest.raises(ValueError, match=match):
+            opt.load_state_dict(state)
+        assert_unchanged(before, snapshot(dev, opt, [W]))
+
+
+def test_an_optimizer_whose_param_was_adopted_elsewhere_refuses_to_step():
+    W = ng.param(np.ones((2, 2)))
+    first = ng.optim.SGD([W], lr=0.1)
+    second = ng.optim.SGD([W], lr=0.1)
+    with pytest.raises(RuntimeError, match="adopted by another optimizer"):
+        first.step()
+    assert second.step() is True
+
+
+def test_setting_lr_is_validated():
+    opt = ng.optim.SGD([ng.param(np.ones(2))], lr=0.1)
+    opt.lr = 0.5
+    assert opt.lr == 0.5
+    with pytest.raises(ValueError, match="lr must be >= 0"):
+        opt.lr = -1
+    assert opt.lr == 0.5
