@@ -91,7 +91,7 @@ def _collect_params(params: Any) -> tuple[list[Tensor], list[str]]:
 class _Group:
     """The params of one device and dtype, packed into flat buffers."""
 
-    def __init__(self, params: list[Tensor]) -> None:
+    def __init__(self, params: list[Tensor], owner: Optimizer) -> None:
         first = params[0]
         kern = self.kern = first._kern
         self.dtype = first.dtype
@@ -108,8 +108,8 @@ class _Group:
             if p._live:
                 kern.axpby(1.0, p._acc, 0.0, view_g)
             if p._owner is not None:
-                p._owner.taken = True
-            p._data, p._acc, p._owner = view_w, view_g, self
+                p._owner._taken = True
+            p._data, p._acc, p._owner = view_w, view_g, owner
         self.win = None          # the step(grads) window buffer, made on first use
         self.win_views: list = []
         self.seen = [False] * len(params)
@@ -117,7 +117,6 @@ class _Group:
         self.live = kern.from_host(np.zeros(len(params), np.uint8))
         self.slots: dict[str, Any] = {}     # per-element state, saved in state dicts
         self.scratch: dict[str, Any] = {}   # kernel work arrays, not saved
-        self.taken = False       # set when another optimizer adopts a param
 
     def zeros(self, dtype: Any = None) -> Any:
         array = self.kern.empty((int(self.bounds[-1]),), dtype or self.dtype)
@@ -159,7 +158,8 @@ class Optimizer:
         by_key: dict[tuple, list[Tensor]] = {}
         for p in plist:
             by_key.setdefault((p.device, p.dtype), []).append(p)
-        self._groups = [_Group(ps) for ps in by_key.values()]
+        self._taken = False   # set when another optimizer adopts one of our params
+        self._groups = [_Group(ps, self) for ps in by_key.values()]
         for group in self._groups:
             group.slots = self._new_slots(group)
         self._index = {p.id: (group, i) for group in self._groups
@@ -297,9 +297,8 @@ class Optimizer:
                     p._live = False
 
     def _check_usable(self) -> None:
-        for group in self._groups:
-            if group.taken:
-                raise RuntimeError("a param of this optimizer was adopted by another "
+        if self._taken:
+            raise RuntimeError("a param of this optimizer was adopted by another "
                                    "optimizer, which now holds its data and .grad; "
                                    "use that optimizer (a param belongs to one at a time)")
 

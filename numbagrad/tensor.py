@@ -38,7 +38,7 @@ class Tensor:
         self._node = node      # the tape record that produced it, if any
         self._acc = None       # gradient accumulator (params only)
         self._live = False     # whether _acc holds a gradient (.grad not None)
-        self._owner = None     # the optimizer group whose flat buffers hold it
+        self._owner = None     # the optimizer whose flat buffers hold it
 
     # ------------------------------------------------------------ views
     @property

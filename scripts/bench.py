@@ -242,6 +242,37 @@ def first_step_times() -> dict[str, dict[str, float]]:
     return out
 
 
+def dp_allreduce_share(ranks: int = 2) -> dict | None:
+    """Run scripts/train_dp.py --bench on local MPI ranks; None if no MPI."""
+    import shutil
+    here = os.path.dirname(os.path.abspath(__file__))
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) \
+        or shutil.which("mpiexec")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        mpiexec = None
+    if mpiexec is None:
+        print("data-parallel: mpi4py or mpiexec missing (pip install numbagrad[mpi] mpich)")
+        return None
+    threads = str(max(1, (os.cpu_count() or 1) // ranks))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
+               UCX_TLS="self,sm", UCX_NET_DEVICES="lo", HYDRA_IFACE="lo")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "dp.json")
+        run_ = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py",
+                               os.path.join(here, "train_dp.py"), "--bench", "--json", out],
+                              env=env, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+        if run_.returncode != 0:
+            print("data-parallel benchmark failed:\n" + run_.stderr[-2000:])
+            return None
+        print(run_.stdout.strip().splitlines()[-1])
+        with open(out) as fh:
+            result = json.load(fh)
+    return {"ranks": ranks, "share": result["allreduce_share"], "threads_per_rank": threads}
+
+
 # ------------------------------------------------------------------ report
 def fmt_us(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e6:,.1f}"
@@ -333,6 +364,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="seconds each repeat runs at least")
     parser.add_argument("--no-first-step", action="store_true",
                         help="skip the fresh-process first-step timings")
+    parser.add_argument("--no-dp", action="store_true",
+                        help="skip the 2-rank MPI allreduce-share measurement")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--plot", metavar="PATH")
     args = parser.parse_args(argv)
@@ -353,6 +386,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"first micro-step in a fresh process, {label} Numba cache: "
                   f"import+step {t['import_and_step_s']:.2f} s, whole process "
                   f"{t['process_s']:.2f} s")
+    if not args.no_dp and args.device == "cpu":
+        result["data_parallel"] = dp_allreduce_share()
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=1)
