@@ -78,6 +78,7 @@ def numbagrad_step(case, dtype, opt_kind, device) -> Callable[[], None]:
             loss = mse_loss(matmul(W, X), Y)
         loss.backward()
         opt.step()
+    micro_step.weights = W.numpy
     return micro_step
 
 
@@ -117,6 +118,7 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
             denom += EPS
             np.subtract(W, (LR / (1 - BETAS[0] ** t)) * M / denom, out=W)
         G.fill(0)
+    micro_step.weights = W.copy
     return micro_step
 
 
@@ -141,6 +143,7 @@ def torch_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
             state["pos"] = 0
             opt.step()
             opt.zero_grad()
+    micro_step.weights = lambda: W.detach().cpu().numpy()
     return micro_step
 
 
