@@ -12,8 +12,8 @@ from . import cuda, optim
 from .kernels import cuda_available
 from .ops import matmul, mse_loss
 from .tape import backward, grad_tape
-from .testing import gradcheck
 from .tensor import Tensor, as_tensor, param, tensor
+from .testing import gradcheck
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,8 @@ other micro-steps talk to no one, as DDP's ``no_sync``.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI

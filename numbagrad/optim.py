@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -118,9 +118,10 @@ class _Group:
         self.slots: dict[str, Any] = {}     # per-element state, saved in state dicts
         self.scratch: dict[str, Any] = {}   # kernel work arrays, not saved
 
-    def zeros(self, dtype: Any = None) -> Any:
-        array = self.kern.empty((int(self.bounds[-1]),), dtype or self.dtype)
-        self.kern.fill(array, 0)
+    def zeros(self) -> Any:
+        """A new zeroed flat buffer of the group's size and dtype."""
+        array = self.kern.empty((int(self.bounds[-1]),), self.dtype)
+        self.kern.fill(array, 0.0)
         return array
 
     def views(self, flat: Any) -> list:

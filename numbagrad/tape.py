@@ -7,8 +7,9 @@ its forward) to write input gradients where ``_Backward.dest`` says.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -73,20 +74,18 @@ class _Backward:
         """An array to write ``t``'s gradient into, and the beta to use:
         0.0 means overwrite it, 1.0 means add to what is there."""
         node = t._node
-        if node is None:
-            if not self.collect:
-                # A cleared accumulator holds zeros, so adding is always right.
-                t._live = True
-                return t.accumulator(), 1.0
-            store, key = self.calls, t
-            make = t._kern.empty
-        else:
-            store, key = self.pending, node
-            make = None
+        if node is None and not self.collect:
+            # A cleared accumulator holds zeros, so adding is always right.
+            t._live = True
+            return t._accumulator(), 1.0
+        store, key = (self.calls, t) if node is None else (self.pending, node)
         array = store.get(key)
         if array is not None:
             return array, 1.0
-        array = make(t.shape, t.dtype) if make else buffers.take(t._kern, t.shape, t.dtype)
+        # A param's per-call gradient goes to the caller, so it is a fresh
+        # array; an intermediate's lives only in this pass, so it is pooled.
+        array = (t._kern.empty(t.shape, t.dtype) if node is None
+                 else buffers.take(t._kern, t.shape, t.dtype))
         store[key] = array
         return array, 0.0
 
@@ -164,7 +163,7 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
         return None
     grads = {}
     for t, g in ctx.calls.items():
-        t._kern.axpby(1.0, g, 1.0, t.accumulator())
+        t._kern.axpby(1.0, g, 1.0, t._accumulator())
         t._live = True
         if isinstance(g, np.ndarray):
             g.flags.writeable = False

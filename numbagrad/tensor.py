@@ -154,12 +154,12 @@ class Tensor:
             raise ValueError(
                 f"grad of shape {value.shape} and dtype {value.dtype} does not match "
                 f"param of shape {self.shape} and dtype {self.dtype}")
-        acc = self.accumulator()
+        acc = self._accumulator()
         if value is not acc:
             self._kern.axpby(1.0, value, 0.0, acc)
         self._live = True
 
-    def accumulator(self) -> Any:
+    def _accumulator(self) -> Any:
         """This param's gradient buffer, created zeroed on first use."""
         if self._acc is None:
             acc = self._kern.empty(self.shape, self.dtype)

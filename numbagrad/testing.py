@@ -1,7 +1,7 @@
 """A reusable gradient checker: backward against central finite differences."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

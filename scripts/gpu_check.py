@@ -91,9 +91,11 @@ def gemm_rows() -> list[dict]:
             rng = np.random.default_rng(n)
             a, b = (kern.from_host(rng.normal(size=(n, n)).astype(dtype)) for _ in "ab")
             c = kern.empty((n, n), np.dtype(dtype))
-            ours = time_gpu(lambda: kern.gemm(a, b, c, False, False, 1.0, 0.0), kern.synchronize)
+            ours = time_gpu(lambda a=a, b=b, c=c: kern.gemm(a, b, c, False, False, 1.0, 0.0),
+                            kern.synchronize)
             flops = 2.0 * n ** 3
-            row = {"what": f"gemm {n}^3 {dtype}", "numbagrad": flops / ours / 1e9, "unit": "GFLOP/s"}
+            row = {"what": f"gemm {n}^3 {dtype}", "numbagrad": flops / ours / 1e9,
+                   "unit": "GFLOP/s"}
             peer = cublas_matmul(n, dtype)
             if peer is not None:
                 fn, sync, name = peer

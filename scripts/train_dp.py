@@ -98,9 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     opt = dist.DistributedOptimizer(make_optimizer(args, W, args.k))
 
     # Each rank's micro-batches, made once: the loop then copies nothing.
-    batches = [[(ng.tensor(x[:, cols], device=args.device), ng.tensor(y[:, cols], device=args.device))
-                for cols in (slice(rank * shard + i * args.micro, rank * shard + (i + 1) * args.micro)
-                             for i in range(args.k))]
+    def columns(i: int) -> slice:
+        return slice(rank * shard + i * args.micro, rank * shard + (i + 1) * args.micro)
+
+    batches = [[(ng.tensor(x[:, columns(i)], device=args.device),
+                 ng.tensor(y[:, columns(i)], device=args.device)) for i in range(args.k)]
                for x, y in zip(X, Y)]
     losses, window_seconds, first_reduce = [], [], 0.0
     for window, micro_batches in enumerate(batches):

@@ -4,7 +4,6 @@ import pickle
 
 import numpy as np
 import pytest
-
 from conftest import Dev
 
 import numbagrad as ng

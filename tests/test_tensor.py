@@ -56,7 +56,7 @@ def test_tensor_protocols(dev):
     assert loss.shape == () and loss.item() == pytest.approx(7.5) and float(loss) == loss.item()
     with pytest.raises(ValueError, match="one-element"):
         a.item()
-    assert "device='%s'" % dev.name in repr(a)
+    assert f"device='{dev.name}'" in repr(a)
 
 
 def test_to_moves_between_devices(dev):
