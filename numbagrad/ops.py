@@ -63,30 +63,41 @@ def matmul(a: Any, b: Any) -> Tensor:
     out = buffers.take(kern, out_shape, ad.dtype)
     if a2 is sa and b2 is sb:
         kern.gemm(ad, bd, out, False, False, 1.0, 0.0)
+        vector_shapes = ()
     else:
         kern.gemm(_as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
                   False, False, 1.0, 0.0)
+        vector_shapes = (a2, b2)
     if tape._depth and (a.requires_grad or b.requires_grad):
-        return Tensor(out, kern, True, Node(_matmul_backward, (a, b), (a2, b2)))
+        return Tensor(out, kern, True, Node(_matmul_backward, (a, b), vector_shapes))
     return Tensor(out, kern)
 
 
 def _matmul_backward(ctx: tape._Backward, node: Node, gout: Any) -> None:
+    # node.saved holds the operands' shapes as matrices when one of them is
+    # a vector (so views get reshaped); it is empty for two matrices.
     a, b = node.inputs
-    a2, b2 = node.saved     # the operands' shapes as matrices
     kern = a._kern
     ad, bd = a._data, b._data
-    o2 = (a2[0], b2[1])
+    if node.saved:
+        a2, b2 = node.saved
+        o2 = (a2[0], b2[1])
+        ad, bd = _as_matrix(ad, a2), _as_matrix(bd, b2)
+    else:
+        a2, b2, o2 = None, None, (ad.shape[0], bd.shape[1])
     if gout is None:
         gout = buffers.take(kern, o2, ad.dtype)
         kern.fill(gout, 1.0)
-    g = _as_matrix(gout, o2)
+    elif a2 is not None:
+        gout = _as_matrix(gout, o2)
     if a.requires_grad:   # dA = G @ B^T
         dest, beta = ctx.dest(a)
-        kern.gemm(g, _as_matrix(bd, b2), _as_matrix(dest, a2), False, True, 1.0, beta)
+        kern.gemm(gout, bd, dest if a2 is None else _as_matrix(dest, a2),
+                  False, True, 1.0, beta)
     if b.requires_grad:   # dB = A^T @ G
         dest, beta = ctx.dest(b)
-        kern.gemm(_as_matrix(ad, a2), g, _as_matrix(dest, b2), True, False, 1.0, beta)
+        kern.gemm(ad, gout, dest if b2 is None else _as_matrix(dest, b2),
+                  True, False, 1.0, beta)
 
 
 # ---------------------------------------------------------------- mse_loss
