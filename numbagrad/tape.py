@@ -37,11 +37,6 @@ class grad_tape:
         _depth -= 1
 
 
-def recording() -> bool:
-    """Whether ops are being recorded right now."""
-    return _depth > 0
-
-
 class Node:
     """One recorded op: its backward function, inputs and saved arrays."""
 
