@@ -15,7 +15,6 @@ other micro-steps talk to no one, as DDP's ``no_sync``.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -112,19 +111,8 @@ class DistributedOptimizer:
         self.allreduce_seconds += time.perf_counter() - start
         return 1.0 / self._comm.Get_size()
 
-    # -------------------------------------------------- the optimizer's API
-    def step(self, grads: Mapping[int, Any] | None = None) -> bool:
-        return self._opt.step(grads)
-
-    def zero_grad(self) -> None:
-        self._opt.zero_grad()
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._opt.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._opt.load_state_dict(state)
-
+    # The wrapped optimizer's API (step, zero_grad, t, state dicts...) is
+    # served by __getattr__; lr needs a property so that setting it reaches it.
     @property
     def optimizer(self) -> Optimizer:
         return self._opt

@@ -300,8 +300,8 @@ class Optimizer:
     def _check_usable(self) -> None:
         if self._taken:
             raise RuntimeError("a param of this optimizer was adopted by another "
-                                   "optimizer, which now holds its data and .grad; "
-                                   "use that optimizer (a param belongs to one at a time)")
+                               "optimizer, which now holds its data and .grad; "
+                               "use that optimizer (a param belongs to one at a time)")
 
     # ------------------------------------------------------- subclasses
     def _new_slots(self, group: _Group) -> dict[str, Any]:

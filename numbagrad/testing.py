@@ -1,7 +1,7 @@
 """A reusable gradient checker: backward against central finite differences."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -20,22 +20,21 @@ def _central_difference(loss_fn: Callable[[], Tensor], p: Tensor, base: np.ndarr
     return (up - down) / 2
 
 
-def numeric_grad(loss_fn: Callable[[], Tensor], p: Tensor, eps: float) -> np.ndarray:
-    """d loss / d p by central differences, one element at a time.
-
-    ``p``'s data is restored exactly afterwards.
-    """
+def _derivatives(loss_fn: Callable[[], Tensor], p: Tensor, directions: Iterable[np.ndarray],
+                 eps: float) -> list[float]:
+    """Central-difference derivatives of the loss along each direction;
+    ``p``'s data is restored exactly afterwards."""
     base = p.numpy()
-    grad = np.zeros(base.shape, np.float64)
-    step = np.zeros_like(base)
     try:
-        for i in np.ndindex(base.shape):
-            step[i] = eps
-            grad[i] = _central_difference(loss_fn, p, base, step) / eps
-            step[i] = 0
+        return [_central_difference(loss_fn, p, base, eps * d) / eps for d in directions]
     finally:
         p._kern.upload(base, p.data)
-    return grad
+
+
+def numeric_grad(loss_fn: Callable[[], Tensor], p: Tensor, eps: float) -> np.ndarray:
+    """d loss / d p by central differences, one element at a time."""
+    units = np.eye(p.size, dtype=p.dtype).reshape((p.size,) + p.shape)
+    return np.array(_derivatives(loss_fn, p, units, eps)).reshape(p.shape)
 
 
 def gradcheck(loss_fn: Callable[[], Tensor], params: Sequence[Tensor], *,
@@ -66,13 +65,8 @@ def gradcheck(loss_fn: Callable[[], Tensor], params: Sequence[Tensor], *,
         if directions is None:
             want = numeric_grad(loss_fn, p, eps)
         else:
-            base = p.numpy()
-            vs = rng.normal(size=(directions,) + base.shape)
-            try:
-                want = np.array([_central_difference(loss_fn, p, base, eps * v) / eps
-                                 for v in vs])
-            finally:
-                p._kern.upload(base, p.data)
+            vs = rng.normal(size=(directions,) + p.shape)
+            want = np.array(_derivatives(loss_fn, p, vs, eps))
             got = np.array([(got * v).sum() for v in vs])
         bad = np.abs(got - want) > atol + rtol * np.abs(want)
         if bad.any():

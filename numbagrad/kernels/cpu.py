@@ -171,10 +171,10 @@ def sgd_update(w, g, v, seg, live, lr, momentum, scale):
     for s in range(seg.size - 1):
         if not live[s]:
             continue
-        ws = w[seg[s]:seg[s + 1]]
-        gs = g[seg[s]:seg[s + 1]]
+        lo, hi = seg[s], seg[s + 1]
+        ws, gs = w[lo:hi], g[lo:hi]
         if momentum != 0.0:
-            vs = v[seg[s]:seg[s + 1]]
+            vs = v[lo:hi]
             for i in range(ws.size):
                 vi = momentum * vs[i] + scale * gs[i]
                 vs[i] = vi
