@@ -1,0 +1,83 @@
+"""CPU matrix products: SciPy's BLAS for large ones, a plain loop for tiny ones.
+
+The BLAS (``scipy.linalg.cython_blas``) is registered as an external LLVM
+symbol so that the compiled kernels still cache.
+"""
+from __future__ import annotations
+
+import llvmlite.binding as ll
+import numpy as np
+from numba import njit, types
+from numba.core.extending import get_cython_function_address
+
+for _routine in ("sgemm", "dgemm"):
+    ll.add_symbol(f"numbagrad_{_routine}",
+                  get_cython_function_address("scipy.linalg.cython_blas", _routine))
+_GEMM_SIG = types.void(*([types.voidptr] * 13))
+_sgemm = types.ExternalFunction("numbagrad_sgemm", _GEMM_SIG)
+_dgemm = types.ExternalFunction("numbagrad_dgemm", _GEMM_SIG)
+
+# Below this many multiply-adds a plain loop beats the BLAS call overhead.
+_BLAS_MIN_WORK = 4096
+
+_N, _T = 78, 84  # ord("N"), ord("T"): Fortran BLAS transpose flags
+
+
+@njit(cache=True, error_model="numpy")
+def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
+    # Row-major out = op(a) @ op(b) is column-major out^T = op(b)^T @ op(a)^T,
+    # so b goes first and the roles of m and n swap.
+    m, n = out.shape
+    k = a.shape[0] if trans_a else a.shape[1]
+    ints = np.empty(6, np.int32)
+    ints[0] = n
+    ints[1] = m
+    ints[2] = k
+    ints[3] = b.shape[1]
+    ints[4] = a.shape[1]
+    ints[5] = n
+    flags = np.empty(2, np.uint8)
+    flags[0] = _T if trans_b else _N
+    flags[1] = _T if trans_a else _N
+    scalars = np.empty(2, out.dtype)
+    scalars[0] = alpha
+    scalars[1] = beta
+    args = (flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
+            ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes,
+            a.ctypes, ints[4:].ctypes, scalars[1:].ctypes, out.ctypes,
+            ints[5:].ctypes)
+    if out.itemsize == 8:
+        _dgemm(*args)
+    else:
+        _sgemm(*args)
+
+
+@njit(cache=True, error_model="numpy")
+def gemm(a, b, out, trans_a, trans_b, alpha, beta):
+    """out = alpha * op(a) @ op(b) + beta * out, op = transpose when flagged.
+
+    With beta == 0 ``out`` is never read, so it may hold garbage (or NaN).
+    All three arrays are 2-D and C-contiguous.
+    """
+    m, n = out.shape
+    k = a.shape[0] if trans_a else a.shape[1]
+    if k == 0 or m * n * k >= _BLAS_MIN_WORK:
+        if m > 0 and n > 0:
+            if k == 0:
+                for i in range(m):
+                    for j in range(n):
+                        out[i, j] = beta * out[i, j] if beta != 0.0 else 0.0
+            else:
+                _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta)
+        return
+    for i in range(m):
+        for j in range(n):
+            acc = 0.0
+            for p in range(k):
+                x = a[p, i] if trans_a else a[i, p]
+                y = b[j, p] if trans_b else b[p, j]
+                acc += x * y
+            if beta == 0.0:
+                out[i, j] = alpha * acc
+            else:
+                out[i, j] = alpha * acc + beta * out[i, j]

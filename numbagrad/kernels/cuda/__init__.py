@@ -1,0 +1,25 @@
+"""CUDA kernels: ``@cuda.jit`` functions from numba-cuda behind host launchers.
+
+The launchers here have the names and destination-passing signatures of
+``kernels/cpu``. Each one issues exactly one kernel launch, counted by
+``launch_count()``; every host<->device copy goes through ``from_host``,
+``to_host`` or ``upload`` and is counted by ``transfer_count()``.
+
+Launch shapes come from the environment, read once at import:
+``NUMBAGRAD_CUDA_TILE`` (GEMM threads per block side, default 16),
+``NUMBAGRAD_CUDA_WPT`` (GEMM outputs per thread per side, default 4),
+``NUMBAGRAD_CUDA_THREADS`` (threads per block of the 1-D kernels, a power
+of two, default 256) and ``NUMBAGRAD_CUDA_BLOCKS`` (grid cap of the 1-D
+grid-stride kernels, default 1024). Tests shrink them under the simulator.
+"""
+from __future__ import annotations
+
+from ._core import (MAX_BLOCKS, THREADS, TILE, WPT, empty, from_host,  # noqa: F401
+                    is_device_array, kernel_sources, launch_count, synchronize, to_host,
+                    transfer_count, upload)
+from .elementwise import axpby, fill  # noqa: F401
+from .losses import mse  # noqa: F401
+from .matmul import gemm  # noqa: F401
+from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
+
+name = "cuda"

@@ -1,0 +1,134 @@
+"""What every CUDA kernel family shares: launch shapes, counters, memory, registry.
+
+Each family module (``matmul``, ``losses``, ``elementwise``, ``optim``...)
+registers its kernel factories with ``@kernel(name, signature)``; ``compiled``
+jits one on first use for the live launch shapes, and ``kernel_sources``
+lists every one with explicit signatures so tests can compile all to PTX.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from typing import Callable, NamedTuple
+
+from numba import cuda, float32, float64, types
+
+
+
+
+def _env_int(key: str, default: int) -> int:
+    value = int(os.environ.get(key, default))
+    if value < 1:
+        raise ValueError(f"{key} must be a positive integer, got {value}")
+    return value
+
+
+TILE = _env_int("NUMBAGRAD_CUDA_TILE", 16)
+WPT = _env_int("NUMBAGRAD_CUDA_WPT", 4)
+THREADS = _env_int("NUMBAGRAD_CUDA_THREADS", 256)
+MAX_BLOCKS = _env_int("NUMBAGRAD_CUDA_BLOCKS", 1024)
+if THREADS & (THREADS - 1):
+    raise ValueError(f"NUMBAGRAD_CUDA_THREADS must be a power of two, got {THREADS}")
+
+_counts = {"launches": 0, "transfers": 0}
+
+
+def launch_count() -> int:
+    """Kernel launches issued by numbagrad so far."""
+    return _counts["launches"]
+
+
+def transfer_count() -> int:
+    """Host<->device copies made by numbagrad so far."""
+    return _counts["transfers"]
+
+
+# --------------------------------------------------------------- memory
+def empty(shape: tuple, dtype) -> object:
+    """An uninitialised C-contiguous device array."""
+    return cuda.device_array(shape, dtype)
+
+
+def from_host(array: np.ndarray) -> object:
+    """Host data as a new device array."""
+    _counts["transfers"] += 1
+    return cuda.to_device(np.ascontiguousarray(array))
+
+
+def to_host(array) -> np.ndarray:
+    """A host copy of a device array."""
+    _counts["transfers"] += 1
+    return array.copy_to_host()
+
+
+def upload(host: np.ndarray, out) -> None:
+    """Copy host data into an existing device array of the same shape."""
+    _counts["transfers"] += 1
+    out.copy_to_device(np.ascontiguousarray(host, dtype=out.dtype).reshape(out.shape))
+
+
+def is_device_array(obj) -> bool:
+    return cuda.devicearray.is_cuda_ndarray(obj)
+
+
+def synchronize() -> None:
+    cuda.synchronize()
+
+
+
+class Config(NamedTuple):
+    """Launch shapes a kernel source is specialised for."""
+    tile: int = TILE
+    wpt: int = WPT
+    threads: int = THREADS
+
+
+_FACTORIES: dict[str, Callable] = {}     # name -> factory(config, numba dtype)
+_SIGNATURES: dict[str, Callable] = {}    # name -> signature(numba dtype)
+_NUMBA_TYPES = {np.dtype(np.float32): float32, np.dtype(np.float64): float64}
+_jitted: dict[tuple, object] = {}
+
+
+def kernel(name: str, signature: Callable) -> Callable:
+    """Register ``factory(config, dtype) -> python kernel`` under ``name``."""
+    def register(factory: Callable) -> Callable:
+        _FACTORIES[name] = factory
+        _SIGNATURES[name] = signature
+        return factory
+    return register
+
+
+def kernel_sources(tile: int = TILE, wpt: int = WPT, threads: int = THREADS) -> list:
+    """(name, python function, signature) for every kernel and dtype."""
+    config = Config(tile, wpt, threads)
+    return [(name, factory(config, dt), _SIGNATURES[name](dt))
+            for dt in (float32, float64) for name, factory in _FACTORIES.items()]
+
+
+def compiled(name: str, dtype) -> object:
+    """The jitted kernel ``name`` for ``dtype`` at the live launch shapes."""
+    key = (name, dtype)
+    fn = _jitted.get(key)
+    if fn is None:
+        fn = _jitted[key] = cuda.jit(_FACTORIES[name](Config(), _NUMBA_TYPES[np.dtype(dtype)]))
+    return fn
+
+
+def launch(name: str, dtype, grid, block, *args) -> None:
+    """Launch one kernel, counted by ``launch_count()``."""
+    _counts["launches"] += 1
+    compiled(name, dtype)[grid, block](*args)
+
+
+def grid(n: int) -> int:
+    """Blocks for a 1-D grid-stride kernel over ``n`` items."""
+    return max(1, min(MAX_BLOCKS, -(-n // THREADS)))
+
+
+def flat(array):
+    return array if len(array.shape) == 1 else array.ravel()
+
+
+def array_type(dt, ndim: int, layout: str = "C"):
+    return types.Array(dt, ndim, layout)

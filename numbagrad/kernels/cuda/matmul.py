@@ -1,0 +1,82 @@
+"""CUDA matrix products: a tiled shared-memory GEMM."""
+from __future__ import annotations
+
+from numba import cuda, float64, types
+
+from ._core import TILE, WPT, Config, array_type, kernel, launch
+
+
+@kernel("gemm", lambda dt: (array_type(dt, 2), array_type(dt, 2), array_type(dt, 2),
+                            types.boolean, types.boolean, float64, float64))
+def _gemm_source(config: Config, dtype):
+    tile, wpt = config.tile, config.wpt
+    bm = tile * wpt
+
+    def gemm_kernel(a, b, out, trans_a, trans_b, alpha, beta):
+        sa = cuda.shared.array((bm, tile), dtype)    # sa[row, k]
+        sb = cuda.shared.array((tile, bm), dtype)    # sb[k, col]
+        acc = cuda.local.array((wpt, wpt), dtype)
+        ra = cuda.local.array(wpt, dtype)
+        rb = cuda.local.array(wpt, dtype)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row0 = cuda.blockIdx.y * bm
+        col0 = cuda.blockIdx.x * bm
+        m, n = out.shape
+        kdim = a.shape[0] if trans_a else a.shape[1]
+        for i in range(wpt):
+            for j in range(wpt):
+                acc[i, j] = 0.0
+        for k0 in range(0, kdim, tile):
+            # Loads walk the contiguous axis of each operand with threadIdx.x.
+            for i in range(wpt):
+                if trans_a:      # a is (k, m)
+                    r = row0 + tx + i * tile
+                    kk = k0 + ty
+                    sa[tx + i * tile, ty] = a[kk, r] if r < m and kk < kdim else 0.0
+                else:            # a is (m, k)
+                    r = row0 + ty + i * tile
+                    kk = k0 + tx
+                    sa[ty + i * tile, tx] = a[r, kk] if r < m and kk < kdim else 0.0
+            for j in range(wpt):
+                if trans_b:      # b is (n, k)
+                    c = col0 + ty + j * tile
+                    kk = k0 + tx
+                    sb[tx, ty + j * tile] = b[c, kk] if c < n and kk < kdim else 0.0
+                else:            # b is (k, n)
+                    c = col0 + tx + j * tile
+                    kk = k0 + ty
+                    sb[ty, tx + j * tile] = b[kk, c] if c < n and kk < kdim else 0.0
+            cuda.syncthreads()
+            for kk in range(tile):
+                for i in range(wpt):
+                    ra[i] = sa[ty + i * tile, kk]
+                for j in range(wpt):
+                    rb[j] = sb[kk, tx + j * tile]
+                for i in range(wpt):
+                    for j in range(wpt):
+                        acc[i, j] += ra[i] * rb[j]
+            cuda.syncthreads()
+        for i in range(wpt):
+            r = row0 + ty + i * tile
+            for j in range(wpt):
+                c = col0 + tx + j * tile
+                if r < m and c < n:
+                    if beta == 0.0:
+                        out[r, c] = alpha * acc[i, j]
+                    else:
+                        out[r, c] = alpha * acc[i, j] + beta * out[r, c]
+
+    return gemm_kernel
+
+
+
+# ------------------------------------------------------------ launchers
+def gemm(a, b, out, trans_a, trans_b, alpha, beta) -> None:
+    """out = alpha * op(a) @ op(b) + beta * out (tiled, shared memory)."""
+    m, n = out.shape
+    if m == 0 or n == 0:
+        return
+    block = TILE * WPT
+    launch("gemm", out.dtype, (-(-n // block), -(-m // block)), (TILE, TILE),
+           a, b, out, bool(trans_a), bool(trans_b), float(alpha), float(beta))
