@@ -8,14 +8,20 @@
     loss.backward()
     opt.step()          # True on every 4th call, when the update is applied
 """
-from . import cuda, optim
+from . import cuda, nn, optim
 from .kernels import cuda_available
-from .ops import matmul, mse_loss
+from .ops import (add, binary_cross_entropy_with_logits, cross_entropy, div, exp, leaky_relu,
+                  linear, log, log_softmax, matmul, mean, mse_loss, mul, neg, pow, relu,
+                  reshape, sigmoid, softmax, sqrt, sub, sum, tanh, transpose)
 from .tape import backward, grad_tape
 from .tensor import Tensor, as_tensor, param, tensor
 from .testing import gradcheck
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["Tensor", "tensor", "param", "as_tensor", "grad_tape", "backward",
-           "matmul", "mse_loss", "optim", "cuda", "cuda_available", "gradcheck", "__version__"]
+           "add", "sub", "mul", "div", "neg", "pow", "relu", "leaky_relu", "tanh", "sigmoid",
+           "exp", "log", "sqrt", "sum", "mean", "softmax", "log_softmax", "reshape",
+           "transpose", "matmul", "linear", "mse_loss", "cross_entropy",
+           "binary_cross_entropy_with_logits", "nn", "optim", "cuda", "cuda_available",
+           "gradcheck", "__version__"]

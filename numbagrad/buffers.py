@@ -2,37 +2,95 @@
 
 A training loop asks for the same shapes every micro-step. Instead of a fresh
 allocation each time, ``take`` hands back a pooled array that nothing else
-references any more (its reference count is back to the pool's own), so a
-steady-state micro-step allocates nothing. Arrays still held anywhere, by a
-tensor, a view of it or the user, are never handed out again.
+references any more, so a steady-state micro-step allocates nothing.
+
+"Nothing references it" is read from ``sys.getrefcount``, whose value for an
+idle array is a CPython implementation detail: it is calibrated at import by
+running the same scan over a known-idle array, checked against a held
+reference and a held view, and pooling is switched off (every ``take``
+allocates) if anything is inconsistent. Views that do not reference their
+parent object (slices of Numba device arrays) are covered differently: an
+array handed to the user (``Tensor.data``, ``np.asarray``) is ``retire``d,
+removed from the pool for good. ``NUMBAGRAD_NO_POOL=1`` disables pooling.
 """
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from types import ModuleType
+
+import numpy as np
 
 _MAX_PER_KEY = 8
 _free: dict[tuple, list] = {}
-# References to a pooled array while ``take`` inspects it: the pool's list,
-# the loop variable, and getrefcount's own argument.
-_IDLE_REFS = 3
+_lock = threading.Lock()
 
 
-def take(kern: ModuleType, shape: tuple, dtype, _refs=sys.getrefcount) -> object:
-    """An array of ``shape``/``dtype`` on ``kern``'s device, contents undefined."""
-    key = (shape, dtype, kern)
-    pool = _free.get(key)
-    if pool is None:
-        pool = _free[key] = []
+def _scan(pool: list, idle: int, refs=sys.getrefcount):
+    """The first array in ``pool`` whose reference count is ``idle``."""
     for array in pool:
-        if _refs(array) == _IDLE_REFS:
+        if refs(array) == idle:
             return array
-    array = kern.empty(shape, dtype)
-    if len(pool) < _MAX_PER_KEY:
-        pool.append(array)
-    return array
+    return None
+
+
+def _calibrate() -> int | None:
+    """The idle reference count ``_scan`` sees, or None if it is not
+    consistent (then nothing is ever reused)."""
+    for idle in range(1, 16):
+        pool = [np.empty(4)]
+        if _scan(pool, idle) is pool[0]:
+            break
+    else:
+        return None
+    held = [np.empty(4)]
+    keep = held[0]
+    view = [np.empty(4)]
+    part = view[0][1:3]
+    tensor_like = [np.empty(4)]
+    owner = type("Owner", (), {})()
+    owner.data = tensor_like[0]
+    fresh = [np.empty(4)]
+    if _scan(held, idle) is not None or _scan(view, idle) is not None \
+            or _scan(tensor_like, idle) is not None or _scan(fresh, idle) is not fresh[0]:
+        return None
+    del keep, part, owner
+    return idle
+
+
+IDLE_REFS: int | None = None if os.environ.get("NUMBAGRAD_NO_POOL") == "1" else _calibrate()
+
+
+def take(kern: ModuleType, shape: tuple, dtype) -> object:
+    """An array of ``shape``/``dtype`` on ``kern``'s device, contents undefined."""
+    if IDLE_REFS is None:
+        return kern.empty(shape, dtype)
+    key = (shape, dtype, kern)
+    with _lock:
+        pool = _free.get(key)
+        if pool is None:
+            pool = _free[key] = []
+        array = _scan(pool, IDLE_REFS)
+        if array is None:
+            array = kern.empty(shape, dtype)
+            if len(pool) < _MAX_PER_KEY:
+                pool.append(array)
+        return array
+
+
+def retire(kern: ModuleType, array: object) -> None:
+    """Never hand ``array`` out again (it, or a view of it, left numbagrad)."""
+    with _lock:
+        pool = _free.get((array.shape, array.dtype, kern))
+        if pool is not None:
+            for i, held in enumerate(pool):
+                if held is array:
+                    del pool[i]
+                    return
 
 
 def clear() -> None:
     """Forget every pooled buffer (arrays still in use stay valid)."""
-    _free.clear()
+    with _lock:
+        _free.clear()

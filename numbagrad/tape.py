@@ -1,7 +1,8 @@
 """The gradient tape: what ops record, and the reverse pass over it.
 
-Recording is one counter: inside ``with ng.grad_tape():`` an op whose inputs
-need a gradient attaches a ``Node`` to its output. The reverse pass walks
+Recording is a per-thread depth: inside ``with ng.grad_tape():`` an op whose
+inputs need a gradient attaches a ``Node`` to its output; other threads are
+not affected. The reverse pass walks
 those nodes from the loss and asks each op's backward (in ``ops.py``, beside
 its forward) to write input gradients where ``_Backward.dest`` says.
 """
@@ -11,30 +12,41 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import threading
+
 import numpy as np
 
 from . import buffers
 from .tensor import Tensor
 
-_depth = 0  # > 0 while inside at least one grad_tape block
+
+class _State(threading.local):
+    depth = 0   # > 0 while this thread is inside at least one grad_tape block
+
+
+_state = _State()
+
+
+def recording() -> bool:
+    """Whether ops in this thread are being recorded."""
+    return _state.depth > 0
 
 
 class grad_tape:
     """Context manager: ops inside it are recorded for ``ng.backward``.
 
-    Outside a tape ops still compute but record nothing. Tapes nest.
+    Outside a tape ops still compute but record nothing. Tapes nest, and
+    each thread has its own.
     """
 
     __slots__ = ()
 
     def __enter__(self) -> grad_tape:
-        global _depth
-        _depth += 1
+        _state.depth += 1
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        global _depth
-        _depth -= 1
+        _state.depth -= 1
 
 
 class Node:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kernels
+from . import buffers, kernels
 
 _ids = itertools.count(1)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -27,7 +27,9 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_kern", "requires_grad", "id", "_node",
-                 "_acc", "_live", "_owner", "__weakref__")
+                 "_acc", "_live", "_owner", "_pool", "__weakref__")
+    # NumPy defers to a Tensor's reflected operators and __array_ufunc__.
+    __array_priority__ = 1000
 
     def __init__(self, data: Any, kern: ModuleType, requires_grad: bool = False,
                  node: Any = None) -> None:
@@ -39,10 +41,16 @@ class Tensor:
         self._acc = None       # gradient accumulator (params only)
         self._live = False     # whether _acc holds a gradient (.grad not None)
         self._owner = None     # the optimizer whose flat buffers hold it
+        self._pool = None      # the pooled array its data is (a view of), if any
 
     # ------------------------------------------------------------ views
     @property
     def data(self) -> Any:
+        """The live array. Once handed out, a pooled op output is never
+        reused for another result, so views of it stay valid."""
+        if self._pool is not None:
+            buffers.retire(self._kern, self._pool)
+            self._pool = None
         return self._data
 
     @property
@@ -51,7 +59,8 @@ class Tensor:
 
     @property
     def shape(self) -> tuple:
-        return self._data.shape
+        shape = self._data.shape
+        return shape if type(shape) is tuple else tuple(shape)   # the CUDA simulator's
 
     @property
     def dtype(self) -> np.dtype:
@@ -87,12 +96,14 @@ class Tensor:
         return self.item()
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        host = self._data if self._kern.name == "cpu" else self.numpy()
+        host = self.data if self._kern.name == "cpu" else self.numpy()
         if dtype is not None:
             host = host.astype(dtype, copy=False)
         return np.array(host, copy=True) if copy else host
 
     def __len__(self) -> int:
+        if not self._data.shape:
+            raise TypeError("len() of a 0-d tensor")
         return self._data.shape[0]
 
     def __repr__(self) -> str:
@@ -100,11 +111,96 @@ class Tensor:
         extra = ", param=True" if self.is_param else ""
         return f"tensor({body}, dtype={self.dtype}, device='{self.device}'{extra})"
 
+    # ------------------------------------------------------------ operators
     def __matmul__(self, other: Any) -> Tensor:
         return ops.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Tensor:
         return ops.matmul(other, self)
+
+    def __add__(self, other: Any) -> Tensor:
+        return ops.add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return ops.add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return ops.sub(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return ops.sub(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return ops.mul(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return ops.mul(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return ops.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return ops.div(other, self)
+
+    def __neg__(self) -> Tensor:
+        return ops.neg(self)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __pow__(self, p: Any) -> Tensor:
+        return ops.pow(self, p)
+
+    @property
+    def T(self) -> Tensor:
+        """The transpose of a 2-D tensor, a view (vectors: the tensor itself)."""
+        return ops.transpose(self)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        return ops.reshape(self, *shape)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return ops.sum(self, axis, keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return ops.mean(self, axis, keepdims)
+
+    def relu(self) -> Tensor:
+        return ops.relu(self)
+
+    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
+        return ops.leaky_relu(self, negative_slope)
+
+    def tanh(self) -> Tensor:
+        return ops.tanh(self)
+
+    def sigmoid(self) -> Tensor:
+        return ops.sigmoid(self)
+
+    def exp(self) -> Tensor:
+        return ops.exp(self)
+
+    def log(self) -> Tensor:
+        return ops.log(self)
+
+    def sqrt(self) -> Tensor:
+        return ops.sqrt(self)
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        return ops.softmax(self, axis)
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        return ops.log_softmax(self, axis)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """NumPy ufuncs on tensors run the ng op (recorded on the tape), so a
+        tensor never silently leaves the graph; others raise."""
+        op = _UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        if op is None:
+            alt = _UFUNC_HINTS.get(ufunc.__name__, "an ng op, or np.asarray(t) for the data")
+            raise TypeError(f"numpy.{ufunc.__name__} ({method}) is not differentiable on a "
+                            f"numbagrad Tensor; use {alt}")
+        return getattr(ops, op)(*inputs)
 
     def to(self, device: str) -> Tensor:
         """This tensor on ``device``: itself if already there, else a copy.
@@ -183,16 +279,19 @@ def _host_array(data: Any, dtype: Any) -> np.ndarray:
         want = np.dtype(np.float64)
     else:
         raise TypeError(f"tensor data must be real numbers, got dtype {array.dtype}")
-    if array.ndim not in (1, 2):
-        raise ValueError(f"tensor data must be 1-D or 2-D, got shape {array.shape}")
+    if array.ndim > 2:
+        raise ValueError(f"tensor data must be at most 2-D (0-d, 1-D or 2-D), "
+                         f"got shape {array.shape}")
     return np.array(array, dtype=want, order="C", copy=True)
 
 
 def tensor(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
     """A tensor owning a C-contiguous copy of ``data`` on ``device``.
 
-    float32 and float64 data keep their dtype; other real numbers become
-    float64 unless ``dtype`` says otherwise. 1-D and 2-D data only.
+    float32 and float64 data keep their dtype; other real numbers (integers,
+    float16) become float64 unless ``dtype`` says otherwise, as NumPy's
+    ``np.mean`` would; this is the one conversion numbagrad makes (ops never
+    convert). 0-d, 1-D and 2-D data only.
     """
     kern = kernels.get(device)
     return Tensor(kern.from_host(_host_array(data, dtype)), kern)
@@ -221,8 +320,8 @@ def as_tensor(array: Any) -> Tensor:
     if array.dtype not in _FLOATS:
         raise TypeError(f"as_tensor needs float32 or float64 data, got {array.dtype}; "
                         "use ng.tensor to convert")
-    if len(array.shape) not in (1, 2):
-        raise ValueError(f"as_tensor needs 1-D or 2-D data, got shape {array.shape}")
+    if len(array.shape) > 2:
+        raise ValueError(f"as_tensor needs 0-d, 1-D or 2-D data, got shape {array.shape}")
     if not array.flags["C_CONTIGUOUS"]:
         raise ValueError("as_tensor needs a C-contiguous array; use ng.tensor to copy")
     return Tensor(array, kern)
@@ -238,7 +337,7 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if kern.is_device_array(value) and value.dtype in _FLOATS \
-            and value.flags["C_CONTIGUOUS"] and len(value.shape) in (1, 2):
+            and kern.is_c_contiguous(value) and len(value.shape) <= 2:
         return Tensor(value, kern)
     if kern.name != "cpu":
         raise ValueError(f"{what} is {type(value).__name__} data on the host but the op "
@@ -248,6 +347,12 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{what}: {exc}") from None
 
+
+_UFUNCS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div",
+           "true_divide": "div", "negative": "neg", "exp": "exp", "log": "log",
+           "sqrt": "sqrt", "tanh": "tanh", "matmul": "matmul"}
+_UFUNC_HINTS = {"maximum": "ng.relu (max with 0)", "power": "x ** p",
+                "square": "x * x or x ** 2", "absolute": "ng.sqrt(x * x)"}
 
 # ops and tape build on Tensor, so they are imported once it exists.
 from . import ops, tape  # noqa: E402

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .elementwise import axpby, fill  # noqa: F401
-from .losses import mse  # noqa: F401
-from .matmul import gemm  # noqa: F401
+from .elementwise import (axpby, binary, binary_backward, fill, scaled_add,  # noqa: F401
+                          sum_to, unary, unary_backward)
+from .losses import cross_entropy, mse, pointwise_loss  # noqa: F401
+from .matmul import gemm, linear  # noqa: F401
+from .reductions import softmax, softmax_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 
 name = "cpu"
@@ -40,3 +42,7 @@ def upload(host: np.ndarray, out: np.ndarray) -> None:
 
 def is_device_array(obj) -> bool:
     return isinstance(obj, np.ndarray)
+
+
+def is_c_contiguous(array) -> bool:
+    return array.flags.c_contiguous

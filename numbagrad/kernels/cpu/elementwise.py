@@ -1,7 +1,22 @@
-"""CPU elementwise kernels."""
+"""CPU elementwise kernels over 2-D operands, with NumPy broadcasting.
+
+The op layer hands every operand over as a 2-D view (a vector is one row, a
+scalar a 1x1); an input whose dimension is 1 where the output's is not is
+broadcast along it. Gradients of broadcast inputs are summed over those
+dimensions in the same loop, each destination element in one pass (the same
+order as the CUDA kernels, so the devices agree).
+"""
 from __future__ import annotations
 
 from numba import njit
+
+from .. import scalar
+
+_unary = njit(scalar.unary)
+_unary_grad = njit(scalar.unary_grad)
+_binary = njit(scalar.binary)
+_binary_grad_a = njit(scalar.binary_grad_a)
+_binary_grad_b = njit(scalar.binary_grad_b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -23,3 +38,101 @@ def axpby(alpha, x, beta, y):
     else:
         for i in range(ys.size):
             ys[i] = alpha * xs[i] + beta * ys[i]
+
+
+@njit(cache=True, error_model="numpy")
+def scaled_add(g, x, beta, y):
+    """y = g[()] * x + beta * y for a 0-d ``g`` on the device (a loss's
+    upstream gradient), flat ``x`` and ``y``; beta == 0 never reads ``y``."""
+    alpha = g[()]
+    xs = x.ravel()
+    ys = y.ravel()
+    for i in range(ys.size):
+        ys[i] = alpha * xs[i] if beta == 0.0 else alpha * xs[i] + beta * ys[i]
+
+
+@njit(cache=True, error_model="numpy")
+def unary(code, x, out, p, alpha, beta):
+    """out = alpha * f(x) + beta * out, with ``x`` broadcast to ``out``."""
+    rows, cols = out.shape
+    bx0, bx1 = x.shape[0] == 1, x.shape[1] == 1
+    for i in range(rows):
+        ix = 0 if bx0 else i
+        for j in range(cols):
+            y = alpha * _unary(code, x[ix, 0 if bx1 else j], p)
+            out[i, j] = y if beta == 0.0 else y + beta * out[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def unary_backward(code, x, y, gout, dest, beta, p):
+    """dest = gout * f'(x) + beta * dest (all the same 2-D shape)."""
+    rows, cols = dest.shape
+    for i in range(rows):
+        for j in range(cols):
+            g = gout[i, j] * _unary_grad(code, x[i, j], y[i, j], p)
+            dest[i, j] = g if beta == 0.0 else g + beta * dest[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def binary(code, a, b, out):
+    """out = a op b, ``a`` and ``b`` broadcast to ``out``."""
+    rows, cols = out.shape
+    ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
+    bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
+    for i in range(rows):
+        ia = 0 if ba0 else i
+        ib = 0 if bb0 else i
+        for j in range(cols):
+            out[i, j] = _binary(code, a[ia, 0 if ba1 else j], b[ib, 0 if bb1 else j])
+
+
+@njit(error_model="numpy", inline="always")
+def _reduced_grad(code, which, a, b, gout, i, j):
+    # Sum of gout * d(out)/d(operand) over the output elements that read
+    # the operand's element (i, j).
+    src = a if which == 0 else b
+    rows, cols = gout.shape
+    r0, r1 = (0, rows) if src.shape[0] == 1 else (i, i + 1)
+    c0, c1 = (0, cols) if src.shape[1] == 1 else (j, j + 1)
+    ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
+    bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
+    total = gout[0, 0] * 0
+    for r in range(r0, r1):
+        for c in range(c0, c1):
+            av = a[0 if ba0 else r, 0 if ba1 else c]
+            bv = b[0 if bb0 else r, 0 if bb1 else c]
+            d = _binary_grad_a(code, av, bv) if which == 0 else _binary_grad_b(code, av, bv)
+            total += gout[r, c] * d
+    return total
+
+
+@njit(cache=True, error_model="numpy")
+def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
+    """da = sum(gout * d/da) + beta_a * da, db likewise, each summed over the
+    dimensions its operand was broadcast along. ``da``/``db`` have their
+    operand's 2-D shape and are written only when ``need_a``/``need_b``."""
+    if need_a:
+        for i in range(da.shape[0]):
+            for j in range(da.shape[1]):
+                g = _reduced_grad(code, 0, a, b, gout, i, j)
+                da[i, j] = g if beta_a == 0.0 else g + beta_a * da[i, j]
+    if need_b:
+        for i in range(db.shape[0]):
+            for j in range(db.shape[1]):
+                g = _reduced_grad(code, 1, a, b, gout, i, j)
+                db[i, j] = g if beta_b == 0.0 else g + beta_b * db[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def sum_to(x, out, scale, beta):
+    """out = scale * (x summed over the dimensions where ``out`` has size 1)
+    + beta * out. Reductions' forward, and a bias's gradient."""
+    rows, cols = x.shape
+    b0, b1 = out.shape[0] == 1, out.shape[1] == 1
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            total = x[0, 0] * 0
+            for r in range(0 if b0 else i, rows if b0 else i + 1):
+                for c in range(0 if b1 else j, cols if b1 else j + 1):
+                    total += x[r, c]
+            out[i, j] = scale * total if beta == 0.0 else scale * total + beta * out[i, j]

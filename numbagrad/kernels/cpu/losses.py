@@ -1,7 +1,14 @@
 """CPU loss kernels: each computes the loss and its input gradient in one pass."""
 from __future__ import annotations
 
+import math
+
 from numba import njit
+
+from .. import scalar
+
+_term = njit(scalar.pointwise_loss)
+_term_grad = njit(scalar.pointwise_loss_grad)
 
 
 # reassoc lets LLVM vectorize the sum (lanes of partial sums): ~3x faster.
@@ -19,4 +26,43 @@ def mse(pred, target, loss_out, resid_out, scale):
         d = p[i] - t[i]
         r[i] = c * d
         total += d * d
+    loss_out[()] = total * scale
+
+
+@njit(cache=True, error_model="numpy")
+def pointwise_loss(code, pred, target, loss_out, grad_out, scale):
+    """loss_out[()] = scale * sum(term(pred, target)); grad_out = scale *
+    d term / d pred. ``code`` is one of ``scalar.MSE``, ``scalar.BCE_LOGITS``."""
+    p = pred.ravel()
+    t = target.ravel()
+    g = grad_out.ravel()
+    total = 0.0
+    for i in range(p.size):
+        total += _term(code, p[i], t[i])
+        g[i] = scale * _term_grad(code, p[i], t[i])
+    loss_out[()] = total * scale
+
+
+@njit(cache=True, error_model="numpy")
+def cross_entropy(logits, labels, loss_out, grad_out, scale):
+    """Softmax cross-entropy of (n, C) logits against class indices, stable:
+    loss_out[()] = scale * sum_i (logsumexp(x_i) - x_i[label_i]) and
+    grad_out = scale * (softmax(x) - onehot(label)). Labels were checked."""
+    n, classes = logits.shape
+    total = 0.0
+    for i in range(n):
+        row = logits[i]
+        peak = row[0]
+        for c in range(1, classes):
+            if row[c] > peak:
+                peak = row[c]
+        acc = 0.0
+        for c in range(classes):
+            acc += math.exp(row[c] - peak)
+        lse = peak + math.log(acc)
+        label = labels[i]
+        total += lse - row[label]
+        for c in range(classes):
+            grad_out[i, c] = scale * math.exp(row[c] - lse)
+        grad_out[i, label] -= scale
     loss_out[()] = total * scale

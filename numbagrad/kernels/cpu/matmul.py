@@ -81,3 +81,14 @@ def gemm(a, b, out, trans_a, trans_b, alpha, beta):
                 out[i, j] = alpha * acc
             else:
                 out[i, j] = alpha * acc + beta * out[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def linear(x, w, bias, out, has_bias):
+    """out = x @ w.T + bias (PyTorch's F.linear): the bias is broadcast into
+    ``out``, then one GEMM adds the product with beta=1."""
+    if has_bias:
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] = bias[j]
+    gemm(x, w, out, False, True, 1.0, 1.0 if has_bias else 0.0)

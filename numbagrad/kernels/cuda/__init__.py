@@ -15,11 +15,13 @@ grid-stride kernels, default 1024). Tests shrink them under the simulator.
 from __future__ import annotations
 
 from ._core import (MAX_BLOCKS, THREADS, TILE, WPT, empty, from_host,  # noqa: F401
-                    is_device_array, kernel_sources, launch_count, synchronize, to_host,
-                    transfer_count, upload)
-from .elementwise import axpby, fill  # noqa: F401
-from .losses import mse  # noqa: F401
-from .matmul import gemm  # noqa: F401
+                    is_c_contiguous, is_device_array, kernel_sources, launch_count,
+                    synchronize, to_host, transfer_count, upload)
+from .elementwise import (axpby, binary, binary_backward, fill, scaled_add,  # noqa: F401
+                          sum_to, unary, unary_backward)
+from .losses import cross_entropy, mse, pointwise_loss  # noqa: F401
+from .matmul import gemm, linear  # noqa: F401
+from .reductions import softmax, softmax_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 
 name = "cuda"

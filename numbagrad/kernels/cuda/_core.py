@@ -72,6 +72,10 @@ def is_device_array(obj) -> bool:
     return cuda.devicearray.is_cuda_ndarray(obj)
 
 
+def is_c_contiguous(array) -> bool:
+    return array.is_c_contiguous()
+
+
 def synchronize() -> None:
     cuda.synchronize()
 

@@ -1,9 +1,25 @@
-"""CUDA elementwise kernels: grid-stride loops over flat or 2-D arrays."""
+"""CUDA elementwise kernels: grid-stride loops over flat or 2-D operands.
+
+2-D kernels broadcast an input along a dimension where it has size 1, and
+sum a broadcast operand's gradient with one thread per destination element
+(the same order as the CPU kernels, so the devices agree).
+"""
 from __future__ import annotations
 
-from numba import cuda, float64
+from numba import cuda, float64, int64, types
 
+from .. import scalar
 from ._core import THREADS, Config, array_type, flat, grid, kernel, launch
+
+_unary = cuda.jit(device=True)(scalar.unary)
+_unary_grad = cuda.jit(device=True)(scalar.unary_grad)
+_binary = cuda.jit(device=True)(scalar.binary)
+_binary_grad_a = cuda.jit(device=True)(scalar.binary_grad_a)
+_binary_grad_b = cuda.jit(device=True)(scalar.binary_grad_b)
+
+
+def _a2(dt):
+    return array_type(dt, 2, "A")
 
 
 @kernel("fill", lambda dt: (array_type(dt, 1), float64))
@@ -33,6 +49,128 @@ def _axpby_source(config: Config, dtype):
     return axpby_kernel
 
 
+@kernel("scaled_add", lambda dt: (array_type(dt, 0), array_type(dt, 1), float64,
+                                  array_type(dt, 1)))
+def _scaled_add_source(config: Config, dtype):
+    def scaled_add_kernel(g, x, beta, y):
+        alpha = g[()]
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < y.size:
+            y[i] = alpha * x[i] if beta == 0.0 else alpha * x[i] + beta * y[i]
+            i += stride
+
+    return scaled_add_kernel
+
+
+@kernel("unary", lambda dt: (int64, _a2(dt), _a2(dt), dt, dt, dt))
+def _unary_source(config: Config, dtype):
+    def unary_kernel(code, x, out, p, alpha, beta):
+        rows, cols = out.shape
+        bx0, bx1 = x.shape[0] == 1, x.shape[1] == 1
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < rows * cols:
+            i, j = k // cols, k % cols
+            y = alpha * _unary(code, x[0 if bx0 else i, 0 if bx1 else j], p)
+            out[i, j] = y if beta == 0.0 else y + beta * out[i, j]
+            k += stride
+
+    return unary_kernel
+
+
+@kernel("unary_backward", lambda dt: (int64, _a2(dt), _a2(dt), _a2(dt), _a2(dt), float64, dt))
+def _unary_backward_source(config: Config, dtype):
+    def unary_backward_kernel(code, x, y, gout, dest, beta, p):
+        rows, cols = dest.shape
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < rows * cols:
+            i, j = k // cols, k % cols
+            g = gout[i, j] * _unary_grad(code, x[i, j], y[i, j], p)
+            dest[i, j] = g if beta == 0.0 else g + beta * dest[i, j]
+            k += stride
+
+    return unary_backward_kernel
+
+
+@kernel("binary", lambda dt: (int64, _a2(dt), _a2(dt), _a2(dt)))
+def _binary_source(config: Config, dtype):
+    def binary_kernel(code, a, b, out):
+        rows, cols = out.shape
+        ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
+        bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < rows * cols:
+            i, j = k // cols, k % cols
+            out[i, j] = _binary(code, a[0 if ba0 else i, 0 if ba1 else j],
+                                b[0 if bb0 else i, 0 if bb1 else j])
+            k += stride
+
+    return binary_kernel
+
+
+@cuda.jit(device=True)
+def _reduced_grad(code, which, a, b, gout, i, j):
+    src = a if which == 0 else b
+    rows, cols = gout.shape
+    r0, r1 = (0, rows) if src.shape[0] == 1 else (i, i + 1)
+    c0, c1 = (0, cols) if src.shape[1] == 1 else (j, j + 1)
+    ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
+    bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
+    total = gout[0, 0] * 0
+    for r in range(r0, r1):
+        for c in range(c0, c1):
+            av = a[0 if ba0 else r, 0 if ba1 else c]
+            bv = b[0 if bb0 else r, 0 if bb1 else c]
+            d = _binary_grad_a(code, av, bv) if which == 0 else _binary_grad_b(code, av, bv)
+            total += gout[r, c] * d
+    return total
+
+
+@kernel("binary_backward", lambda dt: (int64, _a2(dt), _a2(dt), _a2(dt), _a2(dt), float64,
+                                       types.boolean, _a2(dt), float64, types.boolean))
+def _binary_backward_source(config: Config, dtype):
+    def binary_backward_kernel(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
+        # Threads [0, na) write da, the next nb threads db: one launch for both.
+        na = da.size if need_a else 0
+        nb = db.size if need_b else 0
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < na + nb:
+            if k < na:
+                i, j = k // da.shape[1], k % da.shape[1]
+                g = _reduced_grad(code, 0, a, b, gout, i, j)
+                da[i, j] = g if beta_a == 0.0 else g + beta_a * da[i, j]
+            else:
+                m = k - na
+                i, j = m // db.shape[1], m % db.shape[1]
+                g = _reduced_grad(code, 1, a, b, gout, i, j)
+                db[i, j] = g if beta_b == 0.0 else g + beta_b * db[i, j]
+            k += stride
+
+    return binary_backward_kernel
+
+
+@kernel("sum_to", lambda dt: (_a2(dt), _a2(dt), dt, dt))
+def _sum_to_source(config: Config, dtype):
+    def sum_to_kernel(x, out, scale, beta):
+        rows, cols = x.shape
+        b0, b1 = out.shape[0] == 1, out.shape[1] == 1
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < out.size:
+            i, j = k // out.shape[1], k % out.shape[1]
+            total = x[0, 0] * 0
+            for r in range(0 if b0 else i, rows if b0 else i + 1):
+                for c in range(0 if b1 else j, cols if b1 else j + 1):
+                    total += x[r, c]
+            out[i, j] = scale * total if beta == 0.0 else scale * total + beta * out[i, j]
+            k += stride
+
+    return sum_to_kernel
+
 
 # ------------------------------------------------------------ launchers
 def fill(out, value) -> None:
@@ -46,3 +184,45 @@ def axpby(alpha, x, beta, y) -> None:
     if y.size:
         launch("axpby", y.dtype, grid(y.size), THREADS,
                float(alpha), flat(x), float(beta), flat(y))
+
+
+def scaled_add(g, x, beta, y) -> None:
+    """y = g[()] * x + beta * y for a 0-d device array ``g``."""
+    if y.size:
+        launch("scaled_add", y.dtype, grid(y.size), THREADS, g, flat(x), float(beta), flat(y))
+
+
+def unary(code, x, out, p, alpha, beta) -> None:
+    """See ``kernels.cpu.unary``."""
+    if out.size:
+        dt = out.dtype.type
+        launch("unary", out.dtype, grid(out.size), THREADS, int(code), x, out, dt(p), dt(alpha),
+               dt(beta))
+
+
+def unary_backward(code, x, y, gout, dest, beta, p) -> None:
+    """See ``kernels.cpu.unary_backward``."""
+    if dest.size:
+        launch("unary_backward", dest.dtype, grid(dest.size), THREADS, int(code), x, y, gout,
+               dest, float(beta), dest.dtype.type(p))
+
+
+def binary(code, a, b, out) -> None:
+    """See ``kernels.cpu.binary``."""
+    if out.size:
+        launch("binary", out.dtype, grid(out.size), THREADS, int(code), a, b, out)
+
+
+def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b) -> None:
+    """See ``kernels.cpu.binary_backward``."""
+    n = (da.size if need_a else 0) + (db.size if need_b else 0)
+    if n:
+        launch("binary_backward", gout.dtype, grid(n), THREADS, int(code), a, b, gout, da,
+               float(beta_a), bool(need_a), db, float(beta_b), bool(need_b))
+
+
+def sum_to(x, out, scale, beta) -> None:
+    """See ``kernels.cpu.sum_to``."""
+    if out.size:
+        dt = out.dtype.type
+        launch("sum_to", out.dtype, grid(out.size), THREADS, x, out, dt(scale), dt(beta))

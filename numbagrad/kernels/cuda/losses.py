@@ -1,23 +1,59 @@
-"""CUDA loss kernels: each computes the loss and its input gradient in one launch."""
+"""CUDA loss kernels: each computes the loss and its input gradient in one launch.
+
+Each thread accumulates its share of the loss, a shared-memory tree adds a
+block's shares, and the last block to finish adds the block partials: one
+launch, no pre-zeroed output, deterministic for a fixed grid.
+"""
 from __future__ import annotations
 
-import numpy as np
-from numba import cuda, float64, int32
+import math
 
+import numpy as np
+from numba import cuda, float64, int32, int64
+
+from .. import scalar
 from ._core import MAX_BLOCKS, THREADS, Config, array_type, flat, from_host, grid, kernel, launch
+
+_term = cuda.jit(device=True)(scalar.pointwise_loss)
+_term_grad = cuda.jit(device=True)(scalar.pointwise_loss_grad)
+
+
+@cuda.jit(device=True)
+def _finish_sum(cache, total, loss_out, scale, partial, counter):
+    """Add every thread's ``total``; the grand sum times ``scale`` lands in
+    ``loss_out[()]``. ``cache`` is the block's shared array (blockDim.x long)."""
+    tid = cuda.threadIdx.x
+    cache[tid] = total
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if tid < half:
+            cache[tid] += cache[tid + half]
+        cuda.syncthreads()
+        half //= 2
+    if tid == 0:
+        partial[cuda.blockIdx.x] = cache[0]
+        cuda.threadfence()
+        ticket = cuda.atomic.add(counter, 0, 1)
+        if ticket == cuda.gridDim.x - 1:
+            grand = 0.0
+            for blk in range(cuda.gridDim.x):
+                grand += cuda.atomic.add(partial, blk, 0.0)   # a coherent read
+            loss_out[()] = grand * scale
+            counter[0] = 0
+
+
+def _scratch_types():
+    return array_type(float64, 1), array_type(int32, 1)
 
 
 @kernel("mse", lambda dt: (array_type(dt, 1), array_type(dt, 1), array_type(dt, 0),
-                           array_type(dt, 1), float64, array_type(float64, 1),
-                           array_type(int32, 1)))
+                           array_type(dt, 1), float64, *_scratch_types()))
 def _mse_source(config: Config, dtype):
     threads = config.threads
+
     def mse_kernel(pred, target, loss_out, resid, scale, partial, counter):
-        # Grid-stride pass writing the residual, a shared-memory tree per
-        # block, then the last block to finish adds the block partials: one
-        # launch, no pre-zeroed output, deterministic for a fixed grid.
         cache = cuda.shared.array(threads, float64)
-        tid = cuda.threadIdx.x
         c = 2.0 * scale
         total = 0.0
         i = cuda.grid(1)
@@ -27,37 +63,86 @@ def _mse_source(config: Config, dtype):
             resid[i] = c * d
             total += d * d
             i += stride
-        cache[tid] = total
-        cuda.syncthreads()
-        half = threads // 2
-        while half > 0:
-            if tid < half:
-                cache[tid] += cache[tid + half]
-            cuda.syncthreads()
-            half //= 2
-        if tid == 0:
-            partial[cuda.blockIdx.x] = cache[0]
-            cuda.threadfence()
-            ticket = cuda.atomic.add(counter, 0, 1)
-            if ticket == cuda.gridDim.x - 1:
-                grand = 0.0
-                for blk in range(cuda.gridDim.x):
-                    grand += cuda.atomic.add(partial, blk, 0.0)   # a coherent read
-                loss_out[()] = grand * scale
-                counter[0] = 0
+        _finish_sum(cache, total, loss_out, scale, partial, counter)
 
     return mse_kernel
 
 
+@kernel("pointwise_loss", lambda dt: (int64, array_type(dt, 1), array_type(dt, 1),
+                                      array_type(dt, 0), array_type(dt, 1), float64,
+                                      *_scratch_types()))
+def _pointwise_source(config: Config, dtype):
+    threads = config.threads
+
+    def pointwise_kernel(code, pred, target, loss_out, grad, scale, partial, counter):
+        cache = cuda.shared.array(threads, float64)
+        total = 0.0
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < pred.size:
+            total += _term(code, pred[i], target[i])
+            grad[i] = scale * _term_grad(code, pred[i], target[i])
+            i += stride
+        _finish_sum(cache, total, loss_out, scale, partial, counter)
+
+    return pointwise_kernel
+
+
+@kernel("cross_entropy", lambda dt: (array_type(dt, 2), array_type(int64, 1), array_type(dt, 0),
+                                     array_type(dt, 2), float64, *_scratch_types()))
+def _cross_entropy_source(config: Config, dtype):
+    threads = config.threads
+
+    def cross_entropy_kernel(logits, labels, loss_out, grad, scale, partial, counter):
+        # One thread per row: its max, log-sum-exp, loss term and gradient row.
+        cache = cuda.shared.array(threads, float64)
+        n, classes = logits.shape
+        total = 0.0
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < n:
+            peak = logits[i, 0]
+            for c in range(1, classes):
+                peak = max(peak, logits[i, c])
+            acc = 0.0
+            for c in range(classes):
+                acc += math.exp(logits[i, c] - peak)
+            lse = peak + math.log(acc)
+            label = labels[i]
+            total += lse - logits[i, label]
+            for c in range(classes):
+                grad[i, c] = scale * math.exp(logits[i, c] - lse)
+            grad[i, label] -= scale
+            i += stride
+        _finish_sum(cache, total, loss_out, scale, partial, counter)
+
+    return cross_entropy_kernel
+
 
 # ------------------------------------------------------------ launchers
-_mse_scratch: list = []   # [block partials, finished-blocks counter], made once
+_scratch: list = []   # [block partials, finished-blocks counter], made once
+
+
+def _sums() -> list:
+    if not _scratch:
+        _scratch[:] = [cuda.device_array(MAX_BLOCKS, np.float64),
+                       from_host(np.zeros(1, np.int32))]
+    return _scratch
 
 
 def mse(pred, target, loss_out, resid_out, scale) -> None:
     """loss_out[()] = scale * sum((pred - target)**2); resid = 2*scale*(pred - target)."""
-    if not _mse_scratch:
-        _mse_scratch[:] = [cuda.device_array(MAX_BLOCKS, np.float64),
-                           from_host(np.zeros(1, np.int32))]
     launch("mse", pred.dtype, grid(pred.size), THREADS,
-           flat(pred), flat(target), loss_out, flat(resid_out), float(scale), *_mse_scratch)
+           flat(pred), flat(target), loss_out, flat(resid_out), float(scale), *_sums())
+
+
+def pointwise_loss(code, pred, target, loss_out, grad_out, scale) -> None:
+    """See ``kernels.cpu.pointwise_loss``."""
+    launch("pointwise_loss", pred.dtype, grid(pred.size), THREADS, int(code),
+           flat(pred), flat(target), loss_out, flat(grad_out), float(scale), *_sums())
+
+
+def cross_entropy(logits, labels, loss_out, grad_out, scale) -> None:
+    """See ``kernels.cpu.cross_entropy``."""
+    launch("cross_entropy", logits.dtype, grid(logits.shape[0]), THREADS,
+           logits, labels, loss_out, grad_out, float(scale), *_sums())

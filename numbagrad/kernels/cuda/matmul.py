@@ -3,16 +3,18 @@ from __future__ import annotations
 
 from numba import cuda, float64, types
 
-from ._core import TILE, WPT, Config, array_type, kernel, launch
+from ._core import TILE, WPT, Config, array_type, empty, kernel, launch
 
 
 @kernel("gemm", lambda dt: (array_type(dt, 2), array_type(dt, 2), array_type(dt, 2),
-                            types.boolean, types.boolean, float64, float64))
+                            types.boolean, types.boolean, float64, float64,
+                            array_type(dt, 1), types.boolean))
 def _gemm_source(config: Config, dtype):
     tile, wpt = config.tile, config.wpt
     bm = tile * wpt
 
-    def gemm_kernel(a, b, out, trans_a, trans_b, alpha, beta):
+    def gemm_kernel(a, b, out, trans_a, trans_b, alpha, beta, bias, has_bias):
+        # out = alpha * op(a) @ op(b) + beta * out (+ bias[col] when has_bias)
         sa = cuda.shared.array((bm, tile), dtype)    # sa[row, k]
         sb = cuda.shared.array((tile, bm), dtype)    # sb[k, col]
         acc = cuda.local.array((wpt, wpt), dtype)
@@ -62,21 +64,40 @@ def _gemm_source(config: Config, dtype):
             for j in range(wpt):
                 c = col0 + tx + j * tile
                 if r < m and c < n:
-                    if beta == 0.0:
-                        out[r, c] = alpha * acc[i, j]
-                    else:
-                        out[r, c] = alpha * acc[i, j] + beta * out[r, c]
+                    v = alpha * acc[i, j]
+                    if beta != 0.0:
+                        v += beta * out[r, c]
+                    if has_bias:
+                        v += bias[c]
+                    out[r, c] = v
 
     return gemm_kernel
 
 
 
 # ------------------------------------------------------------ launchers
-def gemm(a, b, out, trans_a, trans_b, alpha, beta) -> None:
-    """out = alpha * op(a) @ op(b) + beta * out (tiled, shared memory)."""
+_no_bias: dict = {}   # dtype -> a one-element array passed when there is no bias
+
+
+def _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, bias) -> None:
     m, n = out.shape
     if m == 0 or n == 0:
         return
+    has_bias = bias is not None
+    if not has_bias:
+        bias = _no_bias.get(out.dtype)
+        if bias is None:
+            bias = _no_bias[out.dtype] = empty((1,), out.dtype)
     block = TILE * WPT
     launch("gemm", out.dtype, (-(-n // block), -(-m // block)), (TILE, TILE),
-           a, b, out, bool(trans_a), bool(trans_b), float(alpha), float(beta))
+           a, b, out, bool(trans_a), bool(trans_b), float(alpha), float(beta), bias, has_bias)
+
+
+def gemm(a, b, out, trans_a, trans_b, alpha, beta) -> None:
+    """out = alpha * op(a) @ op(b) + beta * out (tiled, shared memory)."""
+    _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, None)
+
+
+def linear(x, w, bias, out, has_bias) -> None:
+    """out = x @ w.T + bias: one GEMM launch with the bias added in its epilogue."""
+    _launch_gemm(x, w, out, False, True, 1.0, 0.0, bias if has_bias else None)

@@ -1,0 +1,76 @@
+"""CUDA softmax kernels: one thread per slice along the axis."""
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float64, int64, types
+
+from ._core import THREADS, Config, array_type, grid, kernel, launch
+
+
+@kernel("softmax", lambda dt: (array_type(dt, 2, "A"), array_type(dt, 2, "A"), int64,
+                               types.boolean))
+def _softmax_source(config: Config, dtype):
+    def softmax_kernel(x, out, axis, log):
+        lanes = x.shape[1] if axis == 0 else x.shape[0]
+        length = x.shape[axis]
+        lane = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while lane < lanes:
+            peak = x[0, lane] if axis == 0 else x[lane, 0]
+            for k in range(1, length):
+                peak = max(peak, x[k, lane] if axis == 0 else x[lane, k])
+            acc = 0.0
+            for k in range(length):
+                acc += math.exp((x[k, lane] if axis == 0 else x[lane, k]) - peak)
+            lse = peak + math.log(acc)
+            for k in range(length):
+                v = (x[k, lane] if axis == 0 else x[lane, k]) - lse
+                y = v if log else math.exp(v)
+                if axis == 0:
+                    out[k, lane] = y
+                else:
+                    out[lane, k] = y
+            lane += stride
+
+    return softmax_kernel
+
+
+@kernel("softmax_backward", lambda dt: (array_type(dt, 2, "A"), array_type(dt, 2, "A"),
+                                        array_type(dt, 2, "A"), float64, int64, types.boolean))
+def _softmax_backward_source(config: Config, dtype):
+    def softmax_backward_kernel(y, gout, dest, beta, axis, log):
+        lanes = y.shape[1] if axis == 0 else y.shape[0]
+        length = y.shape[axis]
+        lane = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while lane < lanes:
+            acc = 0.0
+            for k in range(length):
+                g = gout[k, lane] if axis == 0 else gout[lane, k]
+                acc += g if log else g * (y[k, lane] if axis == 0 else y[lane, k])
+            for k in range(length):
+                g = gout[k, lane] if axis == 0 else gout[lane, k]
+                yv = y[k, lane] if axis == 0 else y[lane, k]
+                d = g - math.exp(yv) * acc if log else yv * (g - acc)
+                if axis == 0:
+                    dest[k, lane] = d if beta == 0.0 else d + beta * dest[k, lane]
+                else:
+                    dest[lane, k] = d if beta == 0.0 else d + beta * dest[lane, k]
+            lane += stride
+
+    return softmax_backward_kernel
+
+
+# ------------------------------------------------------------ launchers
+def softmax(x, out, axis, log) -> None:
+    """See ``kernels.cpu.softmax``."""
+    lanes = x.shape[1] if axis == 0 else x.shape[0]
+    launch("softmax", x.dtype, grid(lanes), THREADS, x, out, int(axis), bool(log))
+
+
+def softmax_backward(y, gout, dest, beta, axis, log) -> None:
+    """See ``kernels.cpu.softmax_backward``."""
+    lanes = y.shape[1] if axis == 0 else y.shape[0]
+    launch("softmax_backward", y.dtype, grid(lanes), THREADS, y, gout, dest, float(beta),
+           int(axis), bool(log))

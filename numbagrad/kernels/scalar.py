@@ -1,0 +1,131 @@
+"""Per-element math shared by every device: plain Python, compiled per device.
+
+``kernels/cpu`` wraps these with ``njit`` and ``kernels/cuda`` with
+``cuda.jit(device=True)``, so an op's formula and its derivative are written
+once. ``code`` picks the op (the constants below, frozen into the compiled
+kernels), ``p`` is its scalar parameter (a slope, an exponent, a constant).
+"""
+import math
+
+# Unary codes: y = f(x, p).
+IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
+    ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S = range(15)
+# Binary codes: y = f(a, b).
+ADD, SUB, MUL, DIV = range(4)
+# Pointwise losses: (pred, target) -> one term of the sum, and its d/dpred.
+MSE, BCE_LOGITS = range(2)
+
+
+def unary(code, x, p):
+    if code == IDENT:
+        return x
+    if code == NEG:
+        return -x
+    if code == RELU:
+        return x if x > 0 else x * 0
+    if code == LEAKY_RELU:
+        return x if x > 0 else x * p
+    if code == TANH:
+        return math.tanh(x)
+    if code == SIGMOID:
+        if x >= 0:
+            return 1 / (1 + math.exp(-x))
+        e = math.exp(x)
+        return e / (1 + e)
+    if code == EXP:
+        return math.exp(x)
+    if code == LOG:
+        return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    if code == SQRT:
+        return math.sqrt(x) if x >= 0 else math.nan
+    if code == POW:
+        return x ** p
+    if code == ADD_S:
+        return x + p
+    if code == MUL_S:
+        return x * p
+    if code == RSUB_S:
+        return p - x
+    if code == DIV_S:
+        return x / p
+    return p / x    # RDIV_S
+
+
+def unary_grad(code, x, y, p):
+    """dy/dx, given the input ``x`` and the output ``y``."""
+    if code == IDENT or code == ADD_S:
+        return x * 0 + 1
+    if code == NEG or code == RSUB_S:
+        return x * 0 - 1
+    if code == RELU:
+        return x * 0 + (1 if x > 0 else 0)
+    if code == LEAKY_RELU:
+        return x * 0 + 1 if x > 0 else x * 0 + p
+    if code == TANH:
+        return 1 - y * y
+    if code == SIGMOID:
+        return y * (1 - y)
+    if code == EXP:
+        return y
+    if code == LOG:
+        return 1 / x
+    if code == SQRT:
+        return 0.5 / y
+    if code == POW:
+        return x * 0 if p == 0 else p * x ** (p - 1)
+    if code == MUL_S:
+        return x * 0 + p
+    if code == DIV_S:
+        return x * 0 + 1 / p
+    return -p / (x * x)    # RDIV_S
+
+
+def binary(code, a, b):
+    if code == ADD:
+        return a + b
+    if code == SUB:
+        return a - b
+    if code == MUL:
+        return a * b
+    return a / b    # DIV
+
+
+def binary_grad_a(code, a, b):
+    """d(a op b)/da."""
+    if code == MUL:
+        return b
+    if code == DIV:
+        return 1 / b
+    return a * 0 + 1    # ADD, SUB
+
+
+def binary_grad_b(code, a, b):
+    """d(a op b)/db."""
+    if code == ADD:
+        return b * 0 + 1
+    if code == SUB:
+        return b * 0 - 1
+    if code == MUL:
+        return a
+    return -a / (b * b)    # DIV
+
+
+def pointwise_loss(code, x, t):
+    """One term of the loss sum, before the reduction's scale."""
+    if code == MSE:
+        d = x - t
+        return d * d
+    # BCE with logits, PyTorch's stable form: max(x, 0) - x t + log1p(exp(-|x|)).
+    return max(x, 0) - x * t + math.log1p(math.exp(-abs(x)))
+
+
+def pointwise_loss_grad(code, x, t):
+    """d(term)/dx."""
+    if code == MSE:
+        return 2 * (x - t)
+    if x >= 0:
+        s = 1 / (1 + math.exp(-x))
+    else:
+        e = math.exp(x)
+        s = e / (1 + e)
+    return s - t

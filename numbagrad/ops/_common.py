@@ -1,0 +1,124 @@
+"""What every op shares: operand checks, 2-D views, and building results."""
+from __future__ import annotations
+
+import numbers
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .. import buffers, kernels, tape
+from ..tape import Node
+from ..tensor import Tensor, coerce
+
+
+def is_scalar(value: Any) -> bool:
+    """A Python or NumPy real number (not an array, not a tensor)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def describe(t: Tensor) -> str:
+    return f"shape {t.shape}, {t.dtype}, on {t.device}"
+
+
+def operand(x: Any, op: str, what: str = "input") -> Tensor:
+    """One operand as a Tensor (host data is copied for "cpu" only)."""
+    if type(x) is Tensor:
+        return x
+    return coerce(x, kernels.get("cpu"), f"{op}: {what}")
+
+
+def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second operand")
+         ) -> tuple[Tensor, Tensor]:
+    """Both operands as tensors on one device with one dtype."""
+    if type(a) is Tensor and type(b) is Tensor and a._kern is b._kern \
+            and a._data.dtype == b._data.dtype:
+        return a, b
+    if isinstance(a, Tensor):
+        b = coerce(b, a._kern, f"{op}: {names[1]}")
+    else:
+        if not isinstance(b, Tensor):
+            b = coerce(b, kernels.get("cpu"), f"{op}: {names[1]}")
+        a = coerce(a, b._kern, f"{op}: {names[0]}")
+    if a._kern is not b._kern:
+        raise ValueError(f"{op}: operands are on different devices: {names[0]} on "
+                         f"{a.device} (shape {a.shape}), {names[1]} on {b.device} "
+                         f"(shape {b.shape})")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: dtypes differ: {names[0]} {a.dtype} (shape {a.shape}), "
+                        f"{names[1]} {b.dtype} (shape {b.shape}); convert one with "
+                        "ng.tensor(x, dtype=...)")
+    return a, b
+
+
+def as2d(shape: tuple) -> tuple:
+    """The 2-D form every elementwise kernel sees: a vector is one row."""
+    n = len(shape)
+    return shape if n == 2 else ((1, shape[0]) if n == 1 else (1, 1))
+
+
+def view2d(array: Any) -> Any:
+    shape = array.shape
+    return array if len(shape) == 2 else array.reshape(as2d(shape))
+
+
+def broadcast_shape(sa: tuple, sb: tuple, op: str) -> tuple:
+    """NumPy's broadcast of two shapes of at most 2 dims, or a clear error."""
+    if sa == sb:
+        return sa
+    n = max(len(sa), len(sb))
+    pa, pb = (1,) * (n - len(sa)) + sa, (1,) * (n - len(sb)) + sb
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"{op}: shapes {sa} and {sb} cannot be broadcast together")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def contiguous(t: Tensor) -> Any:
+    """``t``'s data, C-contiguous (a pooled copy when it is a strided view)."""
+    data, kern = t._data, t._kern
+    if kern.is_c_contiguous(data):
+        return data
+    copy = buffers.take(kern, data.shape, data.dtype)
+    kern.unary(0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
+    return copy
+
+
+def ones(kern: ModuleType, shape: tuple, dtype: Any) -> Any:
+    """A pooled array of ones: the seed gradient of a one-element loss."""
+    array = buffers.take(kern, shape, dtype)
+    kern.fill(array, 1.0)
+    return array
+
+
+_OWN = object()
+
+
+def result(data: Any, kern: ModuleType, inputs: tuple, backward: Any, saved: tuple = (),
+           pool: Any = _OWN) -> Tensor:
+    """The op's output tensor, recorded on the tape when any input needs a
+    gradient. ``data`` is a pooled array, or a view of the pooled ``pool``
+    (None: of an array the pool does not own)."""
+    if tape.recording():
+        for t in inputs:
+            if t.requires_grad:
+                out = Tensor(data, kern, True, Node(backward, inputs, saved))
+                break
+        else:
+            out = Tensor(data, kern)
+    else:
+        out = Tensor(data, kern)
+    out._pool = data if pool is _OWN else pool
+    return out
+
+
+def scalar_of(dtype: Any, value: float) -> Any:
+    """``value`` as a scalar of ``dtype``, so float32 kernels stay float32."""
+    return dtype.type(value)
+
+
+def check_reduction(op: str, reduction: str) -> None:
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"{op}: reduction must be 'mean' or 'sum', got {reduction!r}")

@@ -1,0 +1,123 @@
+"""Losses: each forward computes the loss and its input gradient in one fused
+kernel; the backward hands that gradient on (scaled when the loss feeds
+further ops, say ``mse + 0.01 * reg``)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import buffers
+from ..kernels import scalar as codes
+from ..tape import Node, _Backward
+from ..tensor import Tensor
+from ._common import check_reduction, contiguous, describe, operand, pair, result
+
+
+def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    # node.saved[0] is d loss / d input; gout (a 0-d array) scales it.
+    x = node.inputs[0]
+    grad = node.saved[0]
+    if gout is None:
+        ctx.give(x, grad)
+        return
+    dest, beta = ctx.dest(x)
+    x._kern.scaled_add(gout, grad, beta, dest)
+
+
+def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """Squared error of ``pred`` against ``target``, averaged or summed.
+
+    ``reduction="mean"`` averages over all elements, ``"sum"`` adds them.
+    The target never receives a gradient. One fused kernel computes the
+    loss and, for the backward pass, the residual gradient.
+    """
+    check_reduction("mse_loss", reduction)
+    pred, target = pair(pred, target, "mse_loss", ("pred", "target"))
+    pd, td = pred._data, target._data
+    if pd.shape != td.shape:
+        raise ValueError(f"mse_loss: pred shape {pd.shape} and target shape "
+                         f"{td.shape} differ")
+    n = pd.size
+    if n == 0:
+        raise ValueError("mse_loss: pred and target are empty")
+    kern = pred._kern
+    loss = buffers.take(kern, (), pd.dtype)
+    resid = buffers.take(kern, pd.shape, pd.dtype)
+    kern.mse(contiguous(pred), contiguous(target), loss, resid, 1.0 if reduction == "sum" else 1.0 / n)
+    return result(loss, kern, (pred,), _loss_backward, (resid,))
+
+
+def binary_cross_entropy_with_logits(logits: Any, target: Any,
+                                     reduction: str = "mean") -> Tensor:
+    """PyTorch's ``F.binary_cross_entropy_with_logits``: the sigmoid and the
+    binary cross-entropy in one stable formula (fine for logits of +-1000).
+    ``target`` holds probabilities in [0, 1], same shape as ``logits``."""
+    check_reduction("binary_cross_entropy_with_logits", reduction)
+    x, t = pair(logits, target, "binary_cross_entropy_with_logits", ("logits", "target"))
+    if x.shape != t.shape:
+        raise ValueError(f"binary_cross_entropy_with_logits: logits shape {x.shape} and "
+                         f"target shape {t.shape} differ")
+    if x.size == 0:
+        raise ValueError("binary_cross_entropy_with_logits: logits are empty")
+    kern, dtype = x._kern, x._data.dtype
+    loss = buffers.take(kern, (), dtype)
+    grad = buffers.take(kern, x.shape, dtype)
+    scale = 1.0 if reduction == "sum" else 1.0 / x.size
+    kern.pointwise_loss(codes.BCE_LOGITS, contiguous(x), contiguous(t), loss, grad, scale)
+    return result(loss, kern, (x,), _loss_backward, (grad,))
+
+
+def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """PyTorch's ``F.cross_entropy`` for (n, C) logits and integer class
+    indices ``target`` (n,): log-softmax and negative log-likelihood fused in
+    one stable kernel, whose backward is softmax minus one-hot.
+
+    ``target`` is a NumPy integer array on either device (on "cuda" it is
+    uploaded once per call) or, on "cuda", a Numba device array of integers
+    (no upload; its values are not checked on the host).
+    """
+    op = "cross_entropy"
+    check_reduction(op, reduction)
+    x = operand(logits, op, "logits")
+    if x.ndim != 2:
+        raise ValueError(f"{op}: logits must be 2-D (n, classes), got {describe(x)}")
+    n, classes = x.shape
+    kern = x._kern
+    labels = _labels(kern, target, n, classes)
+    loss = buffers.take(kern, (), x.dtype)
+    grad = buffers.take(kern, x.shape, x.dtype)
+    kern.cross_entropy(contiguous(x), labels, loss, grad,
+                       1.0 if reduction == "sum" else 1.0 / max(n, 1))
+    return result(loss, kern, (x,), _loss_backward, (grad,))
+
+
+def _labels(kern: Any, target: Any, n: int, classes: int) -> Any:
+    """Class indices as an int64 array on ``kern``'s device, checked first."""
+    op = "cross_entropy"
+    if isinstance(target, Tensor):
+        raise TypeError(f"{op}: target must be integer class indices (a NumPy integer "
+                        f"array), got a {target.dtype} Tensor")
+    if kern.name != "cpu" and kern.is_device_array(target):
+        if target.dtype.kind not in "iu" or target.shape != (n,):
+            raise ValueError(f"{op}: device target must be integers of shape ({n},), got "
+                             f"{target.dtype} of shape {target.shape}")
+        return target
+    host = np.asarray(target)
+    if host.dtype.kind not in "iu":
+        raise TypeError(f"{op}: target must be integer class indices, got dtype {host.dtype}")
+    if host.shape != (n,):
+        raise ValueError(f"{op}: target has shape {host.shape} but logits have {n} rows; "
+                         f"expected ({n},)")
+    if n:
+        low, high = int(host.min()), int(host.max())
+        if low < 0 or high >= classes:
+            bad = low if low < 0 else high
+            raise ValueError(f"{op}: target holds class {bad}, outside [0, {classes}) for "
+                             f"logits of shape ({n}, {classes})")
+    if kern.name == "cpu":
+        return host if host.dtype == np.int64 and host.flags.c_contiguous \
+            else np.ascontiguousarray(host, np.int64)
+    labels = buffers.take(kern, (n,), np.int64)
+    kern.upload(host.astype(np.int64, copy=False), labels)
+    return labels

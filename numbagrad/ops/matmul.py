@@ -1,0 +1,133 @@
+"""Matrix products: ``matmul`` and ``linear``, each forward beside its backward.
+
+A transposed operand (``x.T``) is a strided view; the GEMM reads its
+C-contiguous base through a transpose flag instead of copying it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import buffers
+from ..tape import Node, _Backward
+from ..tensor import Tensor
+from ._common import contiguous, describe, ones, pair, result
+
+
+def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
+    """(C-contiguous array, transposed?) with ``array.T`` == data when flagged."""
+    data, kern = t._data, t._kern
+    if kern.is_c_contiguous(data):
+        return data, False
+    if len(data.shape) == 2 and kern.is_c_contiguous(data.T):
+        return data.T, True
+    return contiguous(t), False
+
+
+def _as_matrix(array: Any, shape2: tuple) -> Any:
+    return array if array.shape == shape2 else array.reshape(shape2)
+
+
+# ------------------------------------------------------------------ matmul
+def matmul(a: Any, b: Any) -> Tensor:
+    """``a @ b`` for 1-D and 2-D operands, with NumPy's shape rules."""
+    a, b = pair(a, b, "matmul")
+    sa, sb = a._data.shape, b._data.shape
+    if len(sa) == 2 and len(sb) == 2:
+        a2, b2, out_shape = sa, sb, (sa[0], sb[1])
+    elif len(sa) in (1, 2) and len(sb) in (1, 2):
+        a2 = sa if len(sa) == 2 else (1, sa[0])
+        b2 = sb if len(sb) == 2 else (sb[0], 1)
+        out_shape = (a2[0],) * (len(sa) == 2) + (b2[1],) * (len(sb) == 2)
+    else:
+        raise ValueError(f"matmul: operands must be 1-D or 2-D, got shapes {sa} and {sb}")
+    if a2[1] != b2[0]:
+        raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned: "
+                         f"{a2[1]} (last dim of first) != {b2[0]} (first dim of second)")
+    kern = a._kern
+    (ad, ta), (bd, tb) = _gemm_operand(a), _gemm_operand(b)
+    out = buffers.take(kern, out_shape, ad.dtype)
+    if a2 is sa and b2 is sb:
+        kern.gemm(ad, bd, out, ta, tb, 1.0, 0.0)
+        shapes = None
+    else:   # a vector operand: gemm sees it as a one-row or one-column matrix
+        kern.gemm(_as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
+                  False, False, 1.0, 0.0)
+        shapes = (a2, b2)
+    return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
+
+
+def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    # saved: each operand as the GEMM read it (array, transposed?) and, when
+    # one of them is a vector, both operands' shapes as matrices.
+    a, b = node.inputs
+    ad, ta, bd, tb, shapes = node.saved
+    kern = a._kern
+    if shapes is not None:
+        a2, b2 = shapes
+        ad, bd = _as_matrix(ad, a2), _as_matrix(bd, b2)
+        o2 = (a2[0], b2[1])
+    else:
+        a2 = b2 = None
+        o2 = (ad.shape[1] if ta else ad.shape[0], bd.shape[0] if tb else bd.shape[1])
+    if gout is None:
+        gout = ones(kern, o2, ad.dtype)
+    elif shapes is not None:
+        gout = _as_matrix(gout, o2)
+    if a.requires_grad:   # dA = G @ op(B)^T
+        dest, beta = ctx.dest(a)
+        kern.gemm(gout, bd, dest if a2 is None else _as_matrix(dest, a2), False, not tb,
+                  1.0, beta)
+    if b.requires_grad:   # dB = op(A)^T @ G
+        dest, beta = ctx.dest(b)
+        kern.gemm(ad, gout, dest if b2 is None else _as_matrix(dest, b2), not ta, False,
+                  1.0, beta)
+
+
+# ------------------------------------------------------------------ linear
+def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
+    """``x @ weight.T + bias``, PyTorch's ``F.linear``: x (n, in) or (in,),
+    weight (out, in), bias (out,) or None. One GEMM with the bias folded in;
+    the backward writes dW with one GEMM, db as column sums and dx with one
+    GEMM, each straight into its destination."""
+    op = "linear"
+    x, weight = pair(x, weight, op, ("input", "weight"))
+    if weight.ndim != 2 or x.ndim not in (1, 2):
+        raise ValueError(f"{op}: needs input of 1 or 2 dims and a 2-D weight, got input "
+                         f"{describe(x)} and weight {describe(weight)}")
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"{op}: input {describe(x)} has {x.shape[-1]} features but weight "
+                         f"{describe(weight)} expects {weight.shape[1]}")
+    kern = x._kern
+    if bias is not None:
+        _, bias = pair(x, bias, op, ("input", "bias"))
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
+                             f"{describe(weight)}; expected shape ({weight.shape[0]},)")
+    xd = contiguous(x)
+    wd = contiguous(weight)
+    n = x.shape[0] if x.ndim == 2 else 1
+    out_shape = (n, weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
+    out = buffers.take(kern, out_shape, xd.dtype)
+    x2 = xd if x.ndim == 2 else xd.reshape(1, -1)
+    out2 = out if x.ndim == 2 else out.reshape(1, -1)
+    has_bias = bias is not None
+    kern.linear(x2, wd, bias._data if has_bias else wd[0], out2, has_bias)
+    inputs = (x, weight, bias) if has_bias else (x, weight)
+    return result(out, kern, inputs, _linear_backward, (x2, wd, out2.shape))
+
+
+def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    x, weight = node.inputs[:2]
+    x2, wd, o2 = node.saved
+    kern = x._kern
+    g2 = ones(kern, o2, wd.dtype) if gout is None else gout.reshape(o2)
+    if weight.requires_grad:   # dW = G^T @ x
+        dest, beta = ctx.dest(weight)
+        kern.gemm(g2, x2, dest, True, False, 1.0, beta)
+    if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums of G
+        bias = node.inputs[2]
+        dest, beta = ctx.dest(bias)
+        kern.sum_to(g2, dest.reshape(1, -1), 1.0, beta)
+    if x.requires_grad:   # dx = G @ W
+        dest, beta = ctx.dest(x)
+        kern.gemm(g2, wd, dest.reshape(x2.shape), False, False, 1.0, beta)
