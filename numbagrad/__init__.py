@@ -15,6 +15,7 @@ from .ops import (add, binary_cross_entropy_with_logits, cross_entropy, div, exp
                   reshape, sigmoid, softmax, sqrt, sub, sum, tanh, transpose)
 from .tape import backward, grad_tape
 from .tensor import Tensor, as_tensor, param, tensor
+from .serialization import load, save
 from .testing import gradcheck
 
 __version__ = "0.2.0"
@@ -24,4 +25,4 @@ __all__ = ["Tensor", "tensor", "param", "as_tensor", "grad_tape", "backward",
            "exp", "log", "sqrt", "sum", "mean", "softmax", "log_softmax", "reshape",
            "transpose", "matmul", "linear", "mse_loss", "cross_entropy",
            "binary_cross_entropy_with_logits", "nn", "optim", "cuda", "cuda_available",
-           "gradcheck", "__version__"]
+           "gradcheck", "save", "load", "__version__"]

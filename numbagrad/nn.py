@@ -32,11 +32,16 @@ class Module:
         if "_params" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}.__init__ must call "
                                  "super().__init__() before setting attributes")
-        self._params.pop(name, None)
-        self._modules.pop(name, None)
-        if isinstance(value, Tensor) and value.is_param:
+        is_param = isinstance(value, Tensor) and value.is_param
+        is_module = isinstance(value, Module)
+        # Re-assigning keeps the registration order, as PyTorch does.
+        if not is_param:
+            self._params.pop(name, None)
+        if not is_module:
+            self._modules.pop(name, None)
+        if is_param:
             self._params[name] = value
-        elif isinstance(value, Module):
+        elif is_module:
             self._modules[name] = value
         object.__setattr__(self, name, value)
 
