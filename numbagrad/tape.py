@@ -126,19 +126,24 @@ def _reverse_order(root: Node) -> list[Node]:
 
 
 def _reverse_order_general(root: Node) -> list[Node]:
+    # Iterative depth-first post-order: a node is emitted once every node it
+    # reads from has been, and marked visited when expanded, not when pushed
+    # (marking at push time emits a node shared by two paths too early).
     order: list[Node] = []
-    seen = {root}
+    visited: set[Node] = set()
     stack = [(root, False)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
             order.append(node)
             continue
+        if node in visited:
+            continue
+        visited.add(node)
         stack.append((node, True))
         for t in node.inputs:
             parent = t._node
-            if parent is not None and parent not in seen:
-                seen.add(parent)
+            if parent is not None and parent not in visited:
                 stack.append((parent, False))
     order.reverse()
     return order

@@ -23,10 +23,23 @@ if os.environ["NUMBA_ENABLE_CUDASIM"] == "1":
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 import numbagrad as ng  # noqa: E402
 
 SIMULATED = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+
+# Hypothesis: a fixed seed in CI (CI=true), fresh examples locally; scale the
+# example counts with NUMBAGRAD_FUZZ_SCALE (say 10) for a longer local hunt.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+FUZZ_SCALE = float(os.environ.get("NUMBAGRAD_FUZZ_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    """``n`` Hypothesis examples, times NUMBAGRAD_FUZZ_SCALE."""
+    return max(1, int(n * FUZZ_SCALE))
 
 
 class Dev:
