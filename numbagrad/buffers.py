@@ -35,12 +35,12 @@ def _scan(pool: list, idle: int, refs=sys.getrefcount):
     return None
 
 
-def _calibrate() -> int | None:
+def _calibrate(refs=sys.getrefcount) -> int | None:
     """The idle reference count ``_scan`` sees, or None if it is not
     consistent (then nothing is ever reused)."""
     for idle in range(1, 16):
         pool = [np.empty(4)]
-        if _scan(pool, idle) is pool[0]:
+        if _scan(pool, idle, refs) is pool[0]:
             break
     else:
         return None
@@ -52,8 +52,9 @@ def _calibrate() -> int | None:
     owner = type("Owner", (), {})()
     owner.data = tensor_like[0]
     fresh = [np.empty(4)]
-    if _scan(held, idle) is not None or _scan(view, idle) is not None \
-            or _scan(tensor_like, idle) is not None or _scan(fresh, idle) is not fresh[0]:
+    if _scan(held, idle, refs) is not None or _scan(view, idle, refs) is not None \
+            or _scan(tensor_like, idle, refs) is not None \
+            or _scan(fresh, idle, refs) is not fresh[0]:
         return None
     del keep, part, owner
     return idle

@@ -1,0 +1,179 @@
+"""Reliability: pooled buffers are never reused while anyone can see them,
+recording is per thread, and a long run does not leak."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import numbagrad as ng
+from numbagrad import buffers, nn
+
+
+# ------------------------------------------------------------- buffer pool
+def test_pool_calibration_is_consistent_here_and_refuses_nonsense():
+    assert buffers.IDLE_REFS == buffers._calibrate()
+    if os.environ.get("NUMBAGRAD_NO_POOL") != "1":
+        assert buffers.IDLE_REFS is not None
+    # A reference count that ignores holders: calibration must give up.
+    assert buffers._calibrate(refs=lambda array: 2) is None
+    # One that sees nothing idle: likewise.
+    assert buffers._calibrate(refs=lambda array: 99) is None
+
+
+def test_no_pool_switch_makes_every_take_fresh():
+    code = textwrap.dedent("""
+        import numpy as np
+        from numbagrad import buffers, kernels
+        cpu = kernels.get("cpu")
+        assert buffers.IDLE_REFS is None
+        a = buffers.take(cpu, (2, 2), np.dtype(np.float64))
+        del a
+        b = buffers.take(cpu, (2, 2), np.dtype(np.float64))
+        assert buffers._free == {}
+        print("ok")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, NUMBAGRAD_NO_POOL="1"), timeout=300,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+HOLDERS = {
+    "np.asarray": lambda y: np.asarray(y) if y.device == "cpu" else y.data,
+    "data[1:3]": lambda y: y.data[1:3],
+    "data.reshape(-1)": lambda y: y.data.reshape(-1),
+    "tensor": lambda y: y,
+    "tensor.T": lambda y: y.T,
+    "tensor.reshape": lambda y: y.reshape(-1),
+}
+
+
+def host(x):
+    if isinstance(x, ng.Tensor):
+        return x.numpy()
+    return x.copy_to_host() if hasattr(x, "copy_to_host") else np.array(x)
+
+
+@pytest.mark.parametrize("holder", sorted(HOLDERS))
+def test_held_results_survive_later_ops_of_the_same_shape(dev, holder):
+    rng = np.random.default_rng(0)
+    a, b = dev.tensor(rng.normal(size=(4, 3))), dev.tensor(rng.normal(size=(3, 5)))
+    y = a @ b
+    held = HOLDERS[holder](y)
+    want = host(held).copy()
+    del y
+    for i in range(12):   # more than the pool keeps per shape
+        z = dev.tensor(np.full((4, 3), float(i))) @ b
+        r = ng.relu(z) + 1.0
+        del z, r
+    np.testing.assert_array_equal(host(held), want)
+
+
+def test_held_backward_mapping_survives_later_steps(dev):
+    rng = np.random.default_rng(1)
+    W = dev.param(rng.normal(size=(3, 4)))
+    x, y = dev.tensor(rng.normal(size=(4, 2))), dev.tensor(rng.normal(size=(3, 2)))
+    with ng.grad_tape():
+        loss = ng.mse_loss(ng.tanh(W @ x), y)
+    grads = ng.backward(loss)
+    want = host(grads[W.id]).copy()
+    for i in range(10):
+        with ng.grad_tape():
+            loss = ng.mse_loss(ng.tanh(W @ x) * float(i), y)
+        ng.backward(loss)
+        W.grad = None
+    np.testing.assert_array_equal(host(grads[W.id]), want)
+
+
+# ----------------------------------------------------------------- threads
+def _train(seed, steps=40):
+    rng = np.random.default_rng(seed)
+    model = nn.Sequential(nn.Linear(5, 16, rng=rng), nn.Tanh(), nn.Linear(16, 3, rng=rng))
+    opt = ng.optim.Adam(model.parameters(), lr=1e-2, accumulate_steps=2)
+    X = rng.normal(size=(steps, 8, 5))
+    Y = rng.integers(0, 3, size=(steps, 8))
+    for i in range(steps):
+        with ng.grad_tape():
+            loss = ng.cross_entropy(model(ng.as_tensor(X[i])), Y[i]) \
+                + 1e-3 * (model[0].weight * model[0].weight).sum()
+        loss.backward()
+        opt.step()
+    return [p.numpy() for p in model.parameters()]
+
+
+def test_four_threads_train_exactly_as_sequential_runs():
+    sequential = [_train(seed) for seed in range(4)]
+    results = [None] * 4
+    errors = []
+
+    def work(i):
+        try:
+            results[i] = _train(i)
+        except BaseException as exc:   # reported below, with the thread's index
+            errors.append((i, exc))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
+    for got, want in zip(results, sequential):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_recording_is_per_thread():
+    W = ng.param(np.ones((2, 2)))
+    inside, seen = threading.Event(), {}
+
+    def other():
+        inside.wait(10)
+        seen["recorded"] = (W @ W).requires_grad
+
+    t = threading.Thread(target=other)
+    t.start()
+    with ng.grad_tape():
+        inside.set()
+        t.join()
+        assert (W @ W).requires_grad
+    assert seen["recorded"] is False
+
+
+# ------------------------------------------------------------------ memory
+def test_five_thousand_micro_steps_do_not_grow_memory():
+    rng = np.random.default_rng(0)
+    model = nn.Sequential(nn.Linear(8, 16, rng=rng), nn.ReLU(), nn.Linear(16, 4, rng=rng))
+    opt = ng.optim.Adam(model.parameters(), lr=1e-3, accumulate_steps=4)
+    x = ng.as_tensor(rng.normal(size=(16, 8)))
+    labels = rng.integers(0, 4, 16)
+
+    def micro_step():
+        with ng.grad_tape():
+            loss = ng.cross_entropy(model(x), labels)
+        loss.backward()
+        opt.step()
+
+    # Warm-up: CPython keeps up to 2000 freed tuples of each size on a free
+    # list, which tracemalloc counts as allocated; 2500 windows fill them.
+    for _ in range(10000):
+        micro_step()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(5000):
+            micro_step()
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes more after 5000 micro-steps"
