@@ -84,15 +84,17 @@ class _Backward:
         if node is None and not self.collect:
             # A cleared accumulator holds zeros, so adding is always right.
             t._live = True
-            return t._accumulator(), 1.0
+            acc = t._acc
+            return (acc if acc is not None else t._accumulator()), 1.0
         store, key = (self.calls, t) if node is None else (self.pending, node)
         array = store.get(key)
         if array is not None:
             return array, 1.0
         # A param's per-call gradient goes to the caller, so it is a fresh
         # array; an intermediate's lives only in this pass, so it is pooled.
-        array = (t._kern.empty(t.shape, t.dtype) if node is None
-                 else buffers.take(t._kern, t.shape, t.dtype))
+        data = t._data
+        array = (t._kern.empty(data.shape, data.dtype) if node is None
+                 else buffers.take(t._kern, data.shape, data.dtype))
         store[key] = array
         return array, 0.0
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import buffers
 from ..kernels import scalar as codes
+from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import check_reduction, contiguous, describe, operand, pair, result
@@ -109,12 +110,10 @@ def _labels(kern: Any, target: Any, n: int, classes: int) -> Any:
     if host.shape != (n,):
         raise ValueError(f"{op}: target has shape {host.shape} but logits have {n} rows; "
                          f"expected ({n},)")
-    if n:
-        low, high = int(host.min()), int(host.max())
-        if low < 0 or high >= classes:
-            bad = low if low < 0 else high
-            raise ValueError(f"{op}: target holds class {bad}, outside [0, {classes}) for "
-                             f"logits of shape ({n}, {classes})")
+    bad = first_bad_label(host, classes)
+    if bad >= 0:
+        raise ValueError(f"{op}: target[{bad}] is class {host[bad]}, outside [0, {classes}) "
+                         f"for logits of shape ({n}, {classes})")
     if kern.name == "cpu":
         return host if host.dtype == np.int64 and host.flags.c_contiguous \
             else np.ascontiguousarray(host, np.int64)

@@ -89,30 +89,51 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     weight (out, in), bias (out,) or None. One GEMM with the bias folded in;
     the backward writes dW with one GEMM, db as column sums and dx with one
     GEMM, each straight into its destination."""
+    # The common case (contiguous 2-D tensors of one device and dtype) skips
+    # the general checks: this op runs twice per layer per micro-step.
+    if type(x) is Tensor and type(weight) is Tensor and (bias is None or type(bias) is Tensor):
+        xd, wd, kern = x._data, weight._data, x._kern
+        xs, ws = xd.shape, wd.shape
+        if weight._kern is kern and wd.dtype == xd.dtype and type(xs) is tuple \
+                and len(xs) == 2 and len(ws) == 2 and xs[1] == ws[1] \
+                and (bias is None or (bias._kern is kern and bias._data.dtype == xd.dtype
+                                      and bias._data.shape == (ws[0],))) \
+                and kern.is_c_contiguous(xd) and kern.is_c_contiguous(wd):
+            return _linear(x, weight, bias, xd, wd, kern, xd, (xs[0], ws[0]))
+    return _linear_checked(x, weight, bias)
+
+
+def _linear_checked(x: Any, weight: Any, bias: Any) -> Tensor:
     op = "linear"
     x, weight = pair(x, weight, op, ("input", "weight"))
     if weight.ndim != 2 or x.ndim not in (1, 2):
         raise ValueError(f"{op}: needs input of 1 or 2 dims and a 2-D weight, got input "
                          f"{describe(x)} and weight {describe(weight)}")
-    if x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"{op}: input {describe(x)} has {x.shape[-1]} features but weight "
+    features = x.shape[x.ndim - 1]
+    if features != weight.shape[1]:
+        raise ValueError(f"{op}: input {describe(x)} has {features} features but weight "
                          f"{describe(weight)} expects {weight.shape[1]}")
-    kern = x._kern
     if bias is not None:
         _, bias = pair(x, bias, op, ("input", "bias"))
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
                              f"{describe(weight)}; expected shape ({weight.shape[0]},)")
-    xd = contiguous(x)
-    wd = contiguous(weight)
-    n = x.shape[0] if x.ndim == 2 else 1
-    out_shape = (n, weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
+    xd, wd = contiguous(x), contiguous(weight)
+    x2 = xd if x.ndim == 2 else xd.reshape(1, features)
+    out_shape = (x.shape[0], weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
+    return _linear(x, weight, bias, xd, wd, x._kern, x2, out_shape)
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, kern: Any,
+            x2: Any, out_shape: tuple) -> Tensor:
     out = buffers.take(kern, out_shape, xd.dtype)
-    x2 = xd if x.ndim == 2 else xd.reshape(1, -1)
-    out2 = out if x.ndim == 2 else out.reshape(1, -1)
-    has_bias = bias is not None
-    kern.linear(x2, wd, bias._data if has_bias else wd[0], out2, has_bias)
-    inputs = (x, weight, bias) if has_bias else (x, weight)
+    out2 = out if len(out_shape) == 2 else out.reshape(1, out_shape[0])
+    if bias is None:
+        kern.linear(x2, wd, wd[0], out2, False)
+        inputs = (x, weight)
+    else:
+        kern.linear(x2, wd, bias._data, out2, True)
+        inputs = (x, weight, bias)
     return result(out, kern, inputs, _linear_backward, (x2, wd, out2.shape))
 
 

@@ -51,32 +51,112 @@ def scaled_add(g, x, beta, y):
         ys[i] = alpha * xs[i] if beta == 0.0 else alpha * xs[i] + beta * ys[i]
 
 
-@njit(cache=True, error_model="numpy")
-def unary(code, x, out, p, alpha, beta):
-    """out = alpha * f(x) + beta * out, with ``x`` broadcast to ``out``."""
+# A kernel takes the op's code at run time, but each loop below is inlined
+# with the code as a constant, so LLVM folds the per-element dispatch away and
+# vectorises (a run-time code in the loop costs ~5x).
+@njit(error_model="numpy", inline="always")
+def _unary_loop(code, x, out, p, alpha, beta):
     rows, cols = out.shape
+    if x.shape == out.shape and alpha == 1 and beta == 0:
+        for i in range(rows):
+            for j in range(cols):
+                out[i, j] = _unary(code, x[i, j], p)
+        return
     bx0, bx1 = x.shape[0] == 1, x.shape[1] == 1
     for i in range(rows):
         ix = 0 if bx0 else i
         for j in range(cols):
             y = alpha * _unary(code, x[ix, 0 if bx1 else j], p)
-            out[i, j] = y if beta == 0.0 else y + beta * out[i, j]
+            out[i, j] = y if beta == 0 else y + beta * out[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def unary(code, x, out, p, alpha, beta):
+    """out = alpha * f(x) + beta * out, with ``x`` broadcast to ``out``."""
+    if code == scalar.IDENT:
+        _unary_loop(scalar.IDENT, x, out, p, alpha, beta)
+    elif code == scalar.NEG:
+        _unary_loop(scalar.NEG, x, out, p, alpha, beta)
+    elif code == scalar.RELU:
+        _unary_loop(scalar.RELU, x, out, p, alpha, beta)
+    elif code == scalar.LEAKY_RELU:
+        _unary_loop(scalar.LEAKY_RELU, x, out, p, alpha, beta)
+    elif code == scalar.TANH:
+        _unary_loop(scalar.TANH, x, out, p, alpha, beta)
+    elif code == scalar.SIGMOID:
+        _unary_loop(scalar.SIGMOID, x, out, p, alpha, beta)
+    elif code == scalar.EXP:
+        _unary_loop(scalar.EXP, x, out, p, alpha, beta)
+    elif code == scalar.LOG:
+        _unary_loop(scalar.LOG, x, out, p, alpha, beta)
+    elif code == scalar.SQRT:
+        _unary_loop(scalar.SQRT, x, out, p, alpha, beta)
+    elif code == scalar.POW:
+        _unary_loop(scalar.POW, x, out, p, alpha, beta)
+    elif code == scalar.ADD_S:
+        _unary_loop(scalar.ADD_S, x, out, p, alpha, beta)
+    elif code == scalar.MUL_S:
+        _unary_loop(scalar.MUL_S, x, out, p, alpha, beta)
+    elif code == scalar.RSUB_S:
+        _unary_loop(scalar.RSUB_S, x, out, p, alpha, beta)
+    elif code == scalar.DIV_S:
+        _unary_loop(scalar.DIV_S, x, out, p, alpha, beta)
+    elif code == scalar.RDIV_S:
+        _unary_loop(scalar.RDIV_S, x, out, p, alpha, beta)
+
+
+@njit(error_model="numpy", inline="always")
+def _unary_backward_loop(code, x, y, gout, dest, beta, p):
+    rows, cols = dest.shape
+    for i in range(rows):
+        for j in range(cols):
+            g = gout[i, j] * _unary_grad(code, x[i, j], y[i, j], p)
+            dest[i, j] = g if beta == 0 else g + beta * dest[i, j]
 
 
 @njit(cache=True, error_model="numpy")
 def unary_backward(code, x, y, gout, dest, beta, p):
     """dest = gout * f'(x) + beta * dest (all the same 2-D shape)."""
-    rows, cols = dest.shape
-    for i in range(rows):
-        for j in range(cols):
-            g = gout[i, j] * _unary_grad(code, x[i, j], y[i, j], p)
-            dest[i, j] = g if beta == 0.0 else g + beta * dest[i, j]
+    if code == scalar.IDENT:
+        _unary_backward_loop(scalar.IDENT, x, y, gout, dest, beta, p)
+    elif code == scalar.NEG:
+        _unary_backward_loop(scalar.NEG, x, y, gout, dest, beta, p)
+    elif code == scalar.RELU:
+        _unary_backward_loop(scalar.RELU, x, y, gout, dest, beta, p)
+    elif code == scalar.LEAKY_RELU:
+        _unary_backward_loop(scalar.LEAKY_RELU, x, y, gout, dest, beta, p)
+    elif code == scalar.TANH:
+        _unary_backward_loop(scalar.TANH, x, y, gout, dest, beta, p)
+    elif code == scalar.SIGMOID:
+        _unary_backward_loop(scalar.SIGMOID, x, y, gout, dest, beta, p)
+    elif code == scalar.EXP:
+        _unary_backward_loop(scalar.EXP, x, y, gout, dest, beta, p)
+    elif code == scalar.LOG:
+        _unary_backward_loop(scalar.LOG, x, y, gout, dest, beta, p)
+    elif code == scalar.SQRT:
+        _unary_backward_loop(scalar.SQRT, x, y, gout, dest, beta, p)
+    elif code == scalar.POW:
+        _unary_backward_loop(scalar.POW, x, y, gout, dest, beta, p)
+    elif code == scalar.ADD_S:
+        _unary_backward_loop(scalar.ADD_S, x, y, gout, dest, beta, p)
+    elif code == scalar.MUL_S:
+        _unary_backward_loop(scalar.MUL_S, x, y, gout, dest, beta, p)
+    elif code == scalar.RSUB_S:
+        _unary_backward_loop(scalar.RSUB_S, x, y, gout, dest, beta, p)
+    elif code == scalar.DIV_S:
+        _unary_backward_loop(scalar.DIV_S, x, y, gout, dest, beta, p)
+    elif code == scalar.RDIV_S:
+        _unary_backward_loop(scalar.RDIV_S, x, y, gout, dest, beta, p)
 
 
-@njit(cache=True, error_model="numpy")
-def binary(code, a, b, out):
-    """out = a op b, ``a`` and ``b`` broadcast to ``out``."""
+@njit(error_model="numpy", inline="always")
+def _binary_loop(code, a, b, out):
     rows, cols = out.shape
+    if a.shape == out.shape and b.shape == out.shape:
+        for i in range(rows):
+            for j in range(cols):
+                out[i, j] = _binary(code, a[i, j], b[i, j])
+        return
     ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
     bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
     for i in range(rows):
@@ -84,6 +164,19 @@ def binary(code, a, b, out):
         ib = 0 if bb0 else i
         for j in range(cols):
             out[i, j] = _binary(code, a[ia, 0 if ba1 else j], b[ib, 0 if bb1 else j])
+
+
+@njit(cache=True, error_model="numpy")
+def binary(code, a, b, out):
+    """out = a op b, ``a`` and ``b`` broadcast to ``out``."""
+    if code == scalar.ADD:
+        _binary_loop(scalar.ADD, a, b, out)
+    elif code == scalar.SUB:
+        _binary_loop(scalar.SUB, a, b, out)
+    elif code == scalar.MUL:
+        _binary_loop(scalar.MUL, a, b, out)
+    elif code == scalar.DIV:
+        _binary_loop(scalar.DIV, a, b, out)
 
 
 @njit(error_model="numpy", inline="always")
@@ -106,11 +199,8 @@ def _reduced_grad(code, which, a, b, gout, i, j):
     return total
 
 
-@njit(cache=True, error_model="numpy")
-def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
-    """da = sum(gout * d/da) + beta_a * da, db likewise, each summed over the
-    dimensions its operand was broadcast along. ``da``/``db`` have their
-    operand's 2-D shape and are written only when ``need_a``/``need_b``."""
+@njit(error_model="numpy", inline="always")
+def _binary_backward_loop(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
     if need_a:
         for i in range(da.shape[0]):
             for j in range(da.shape[1]):
@@ -121,6 +211,21 @@ def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
             for j in range(db.shape[1]):
                 g = _reduced_grad(code, 1, a, b, gout, i, j)
                 db[i, j] = g if beta_b == 0.0 else g + beta_b * db[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
+    """da = sum(gout * d/da) + beta_a * da, db likewise, each summed over the
+    dimensions its operand was broadcast along. ``da``/``db`` have their
+    operand's 2-D shape and are written only when ``need_a``/``need_b``."""
+    if code == scalar.ADD:
+        _binary_backward_loop(scalar.ADD, a, b, gout, da, beta_a, need_a, db, beta_b, need_b)
+    elif code == scalar.SUB:
+        _binary_backward_loop(scalar.SUB, a, b, gout, da, beta_a, need_a, db, beta_b, need_b)
+    elif code == scalar.MUL:
+        _binary_backward_loop(scalar.MUL, a, b, gout, da, beta_a, need_a, db, beta_b, need_b)
+    elif code == scalar.DIV:
+        _binary_backward_loop(scalar.DIV, a, b, gout, da, beta_a, need_a, db, beta_b, need_b)
 
 
 @njit(cache=True, error_model="numpy")

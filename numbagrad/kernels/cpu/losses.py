@@ -58,11 +58,22 @@ def cross_entropy(logits, labels, loss_out, grad_out, scale):
                 peak = row[c]
         acc = 0.0
         for c in range(classes):
-            acc += math.exp(row[c] - peak)
-        lse = peak + math.log(acc)
+            e = math.exp(row[c] - peak)
+            grad_out[i, c] = e
+            acc += e
         label = labels[i]
-        total += lse - row[label]
+        total += peak + math.log(acc) - row[label]
+        inv = scale / acc
         for c in range(classes):
-            grad_out[i, c] = scale * math.exp(row[c] - lse)
+            grad_out[i, c] *= inv
         grad_out[i, label] -= scale
     loss_out[()] = total * scale
+
+
+@njit(cache=True)
+def first_bad_label(labels, classes):
+    """Index of the first label outside [0, classes), or -1 (a host check)."""
+    for i in range(labels.size):
+        if labels[i] < 0 or labels[i] >= classes:
+            return i
+    return -1

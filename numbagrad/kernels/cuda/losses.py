@@ -106,12 +106,14 @@ def _cross_entropy_source(config: Config, dtype):
                 peak = max(peak, logits[i, c])
             acc = 0.0
             for c in range(classes):
-                acc += math.exp(logits[i, c] - peak)
-            lse = peak + math.log(acc)
+                e = math.exp(logits[i, c] - peak)
+                grad[i, c] = e
+                acc += e
             label = labels[i]
-            total += lse - logits[i, label]
+            total += peak + math.log(acc) - logits[i, label]
+            inv = scale / acc
             for c in range(classes):
-                grad[i, c] = scale * math.exp(logits[i, c] - lse)
+                grad[i, c] *= inv
             grad[i, label] -= scale
             i += stride
         _finish_sum(cache, total, loss_out, scale, partial, counter)
