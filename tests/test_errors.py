@@ -1,6 +1,7 @@
 """Bad input raises a clear error before anything changes."""
 import numpy as np
 import pytest
+import torch
 from conftest import Dev, mse_loss_of
 
 import numbagrad as ng
@@ -232,3 +233,82 @@ def test_setting_lr_is_validated():
     with pytest.raises(ValueError, match="lr must be >= 0"):
         opt.lr = -1
     assert opt.lr == 0.5
+
+
+# ------------------------------------------------------- the full op set
+def test_elementwise_errors_name_op_shapes_dtypes_and_devices(dev):
+    a = dev.tensor(np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"add: shapes \(3, 4\) and \(3,\) cannot be broadcast"):
+        a + dev.tensor(np.ones(3))
+    with pytest.raises(TypeError, match=r"mul: dtypes differ: first operand float64 \(shape "
+                                        r"\(3, 4\)\), second operand float32"):
+        a * dev.tensor(np.ones(4), dtype=np.float32)
+    with pytest.raises(TypeError, match="pow: the exponent must be a Python real number"):
+        a ** a
+    with pytest.raises(ValueError, match=r"sum: axis 2 is out of range for a tensor of shape "
+                                         rf"\(3, 4\), float64, on {dev.name}"):
+        a.sum(axis=2)
+    with pytest.raises(ValueError, match=r"softmax: needs a 1-D or 2-D tensor, got shape \(\)"):
+        ng.softmax(a.sum())
+    with pytest.raises(ValueError, match=r"reshape: cannot reshape a tensor of shape \(3, 4\)"):
+        a.reshape(5, 2)
+
+
+def test_device_mismatch_is_named():
+    if not ng.cuda_available():
+        pytest.skip("CUDA unusable here")
+    with pytest.raises(ValueError, match=r"sub: operands are on different devices: first "
+                                         r"operand on cpu \(shape \(2,\)\), second operand on cuda"):
+        ng.tensor(np.ones(2)) - ng.tensor(np.ones(2), device="cuda")
+    with pytest.raises(ValueError, match="host but the op runs on cuda"):
+        ng.tensor(np.ones(2), device="cuda") + np.ones(2)
+
+
+def test_loss_and_linear_errors(dev):
+    logits = dev.param(np.zeros((3, 4)))
+    for labels, kind, match in [
+            (np.array([0, 4, 1]), ValueError, r"target\[1\] is class 4, outside \[0, 4\)"),
+            (np.array([0, -1, 1]), ValueError, r"target\[1\] is class -1, outside \[0, 4\)"),
+            (np.array([0, 1]), ValueError, r"target has shape \(2,\) but logits have 3 rows"),
+            (np.array([0.0, 1.0, 2.0]), TypeError, "integer class indices, got dtype float64")]:
+        with pytest.raises(kind, match=match):
+            ng.cross_entropy(logits, labels)
+    with pytest.raises(ValueError, match="reduction must be 'mean' or 'sum', got 'max'"):
+        ng.cross_entropy(logits, np.zeros(3, int), reduction="max")
+    with pytest.raises(ValueError, match=r"logits shape \(3, 4\) and target shape \(4,\) differ"):
+        ng.binary_cross_entropy_with_logits(logits, dev.tensor(np.zeros(4)))
+    x, w = dev.tensor(np.ones((2, 5))), dev.param(np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"linear: input shape \(2, 5\), float64, on "
+                                         rf"{dev.name} has 5 features but weight shape \(3, 4\)"):
+        ng.linear(x, w)
+    with pytest.raises(ValueError, match=r"bias shape \(4,\), float64, .* expected shape \(3,\)"):
+        ng.linear(dev.tensor(np.ones((2, 4))), w, dev.param(np.ones(4)))
+
+
+def test_a_failed_op_records_nothing_and_changes_no_gradient():
+    W = ng.param(np.ones((2, 3)))
+    with ng.grad_tape():
+        loss = (W * 2.0).sum()
+        with pytest.raises(ValueError):
+            W + ng.tensor(np.ones(4))
+    loss.backward()
+    np.testing.assert_array_equal(W.grad, np.full((2, 3), 2.0))
+
+
+def test_numpy_functions_never_silently_leave_the_graph():
+    W = ng.param(np.array([[0.5, -1.0]]))
+    with ng.grad_tape():
+        y = np.tanh(W)                     # dispatches to ng.tanh and is recorded
+        z = np.exp(np.multiply(y, 2.0)) + np.sqrt(W * W) - np.log(W * W + 1.0)
+        loss = np.negative(z).sum() / np.float64(2.0)
+    assert isinstance(y, ng.Tensor) and isinstance(z, ng.Tensor)
+    loss.backward()
+    tw = torch.tensor([[0.5, -1.0]], dtype=torch.float64, requires_grad=True)
+    (-(torch.exp(torch.tanh(tw) * 2.0) + torch.sqrt(tw * tw) - torch.log(tw * tw + 1))
+     ).sum().div(2.0).backward()
+    np.testing.assert_allclose(W.grad, tw.grad.numpy(), rtol=1e-12)
+    with pytest.raises(TypeError, match=r"numpy.maximum .* not differentiable .* use ng.relu"):
+        np.maximum(W, 0.0)
+    with pytest.raises(TypeError, match="numpy.sin"):
+        np.sin(W)
+    np.testing.assert_array_equal(np.asarray(W), [[0.5, -1.0]])   # still gives the data
