@@ -242,3 +242,75 @@ def test_kernels_compile_to_ptx_for_hopper_and_ampere():
                 "softmax_backward", "sgd_update", "adam_update"}
     assert launched <= names, launched - names
     assert len(done) == 3 * len(names) * 2 * 2    # configs x kernels x dtypes x archs
+
+
+# ------------------------------------------------- the op kernels, odd shapes
+@pytest.mark.parametrize("dt", DTYPES, ids=["f32", "f64"])
+def test_op_kernels_agree_with_cpu_on_odd_shapes(both, dt):
+    from numbagrad.kernels import scalar as codes
+    cpu, gpu = both
+    rng = np.random.default_rng(9)
+    tol = TOL[dt]
+
+    def check(name, run):
+        # run(kern, to_device) -> list of arrays (device ones for cuda)
+        want = run(cpu, lambda a: a)
+        got = run(gpu, gpu.from_host)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(host(g), w, **tol, err_msg=name)
+
+    shape = (17, 15)
+    x = rng.normal(size=shape).astype(dt)
+    pos = np.abs(x) + 0.5
+    for code in range(15):
+        src = pos if code in (codes.LOG, codes.SQRT, codes.RDIV_S, codes.POW) else x
+        for xs in (src, src[:1], src[:, :1]):   # broadcast along rows, columns
+            def run(k, d, code=code, xs=xs):
+                out, fresh = d(np.ones(shape, dt)), k.empty(shape, dt)
+                k.unary(code, d(xs), out, dt(1.5), dt(0.5), dt(2.0))
+                k.unary(code, d(xs), fresh, dt(1.5), dt(1.0), dt(0.0))
+                dest = d(np.ones(shape, dt))
+                k.unary_backward(code, d(src), d(src * 0.5), d(x), dest, 1.0, dt(1.5))
+                return [out, fresh, dest]
+            check(f"unary {code} {xs.shape}", run)
+    b = (rng.normal(size=shape) ** 2 + 1).astype(dt)
+    for code in range(4):
+        for sa, sb in [((17, 15), (17, 15)), ((17, 15), (1, 15)), ((17, 1), (1, 15)),
+                       ((1, 1), (17, 15))]:
+            a_, b_ = x[:sa[0], :sa[1]].copy(), b[:sb[0], :sb[1]].copy()
+
+            def run(k, d, code=code, a_=a_, b_=b_):
+                out = k.empty(shape, dt)
+                k.binary(code, d(a_), d(b_), out)
+                da, db = d(np.ones_like(a_)), d(np.zeros_like(b_))
+                k.binary_backward(code, d(a_), d(b_), d(x), da, 1.0, True, db, 0.0, True)
+                return [out, da, db]
+            check(f"binary {code} {sa} {sb}", run)
+    for out_shape in [(1, 15), (17, 1), (1, 1)]:
+        def run(k, d, out_shape=out_shape):
+            out = d(np.ones(out_shape, dt))
+            k.sum_to(d(x), out, dt(0.25), dt(1.0))
+            return [out]
+        check(f"sum_to {out_shape}", run)
+    for axis in (0, 1):
+        for log in (False, True):
+            def run(k, d, axis=axis, log=log):
+                y, dest = k.empty(shape, dt), d(np.ones(shape, dt))
+                k.softmax(d(x), y, axis, log)
+                k.softmax_backward(y, d(b), dest, 1.0, axis, log)
+                return [y, dest]
+            check(f"softmax axis {axis} log {log}", run)
+    labels = rng.integers(0, 15, 17)
+    target = rng.uniform(size=shape).astype(dt)
+
+    def run(k, d):
+        loss, grad = k.empty((), dt), k.empty(shape, dt)
+        k.cross_entropy(d(x * 30), d(labels), loss, grad, 1 / 17)
+        loss2, grad2 = k.empty((), dt), k.empty(shape, dt)
+        k.pointwise_loss(codes.BCE_LOGITS, d(x * 300), d(target), loss2, grad2, 1.0)
+        dest = d(np.ones(shape, dt))
+        k.scaled_add(loss, grad, 2.0, dest)
+        out = k.empty((17, 4), dt)
+        k.linear(d(x), d(b[:4]), d(b[0, :4].copy()), out, True)
+        return [loss, grad, loss2, grad2, dest, out]
+    check("losses, scaled_add, linear", run)
