@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 from typing import Callable, NamedTuple
+
+import numpy as np
 
 from numba import cuda, float32, float64, types
 
@@ -136,3 +137,44 @@ def flat(array):
 
 def array_type(dt, ndim: int, layout: str = "C"):
     return types.Array(dt, ndim, layout)
+
+
+# ------------------------------------------------------- block reductions
+@cuda.jit(device=True)
+def block_total(cache, total, partial, counter):
+    """Add up every thread's ``total`` in one launch: a shared-memory tree
+    per block (``cache`` is the block's shared array, blockDim.x long), then
+    the last block to finish adds the block partials. Returns (True, the
+    grand total) on that block's thread 0 and (False, 0.0) elsewhere;
+    deterministic for a fixed grid, and ``counter`` is left reset."""
+    tid = cuda.threadIdx.x
+    cache[tid] = total
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if tid < half:
+            cache[tid] += cache[tid + half]
+        cuda.syncthreads()
+        half //= 2
+    if tid == 0:
+        partial[cuda.blockIdx.x] = cache[0]
+        cuda.threadfence()
+        ticket = cuda.atomic.add(counter, 0, 1)
+        if ticket == cuda.gridDim.x - 1:
+            grand = 0.0
+            for blk in range(cuda.gridDim.x):
+                grand += cuda.atomic.add(partial, blk, 0.0)   # a coherent read
+            counter[0] = 0
+            return True, grand
+    return False, 0.0
+
+
+_sums: list = []   # [block partials, finished-blocks counter], made once
+
+
+def sums() -> list:
+    """The scratch ``block_total`` needs: per-block partials and a counter
+    that the last block resets, so it is made once and reused."""
+    if not _sums:
+        _sums[:] = [cuda.device_array(MAX_BLOCKS, np.float64), from_host(np.zeros(1, np.int32))]
+    return _sums

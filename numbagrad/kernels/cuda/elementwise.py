@@ -6,10 +6,10 @@ sum a broadcast operand's gradient with one thread per destination element
 """
 from __future__ import annotations
 
-from numba import cuda, float64, int64, types
+from numba import cuda, float64, int32, int64, types
 
 from .. import scalar
-from ._core import THREADS, Config, array_type, flat, grid, kernel, launch
+from ._core import THREADS, Config, array_type, block_total, flat, grid, kernel, launch, sums
 
 _unary = cuda.jit(device=True)(scalar.unary)
 _unary_grad = cuda.jit(device=True)(scalar.unary_grad)
@@ -153,6 +153,28 @@ def _binary_backward_source(config: Config, dtype):
     return binary_backward_kernel
 
 
+@kernel("sum_all", lambda dt: (_a2(dt), _a2(dt), dt, dt, array_type(float64, 1),
+                               array_type(int32, 1)))
+def _sum_all_source(config: Config, dtype):
+    threads = config.threads
+
+    def sum_all_kernel(x, out, scale, beta, partial, counter):
+        # sum_to into a single element: every thread adds a grid-stride share.
+        cache = cuda.shared.array(threads, float64)
+        cols = x.shape[1]
+        total = 0.0
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < x.size:
+            total += x[k // cols, k % cols]
+            k += stride
+        last, grand = block_total(cache, total, partial, counter)
+        if last:
+            out[0, 0] = scale * grand if beta == 0.0 else scale * grand + beta * out[0, 0]
+
+    return sum_all_kernel
+
+
 @kernel("sum_to", lambda dt: (_a2(dt), _a2(dt), dt, dt))
 def _sum_to_source(config: Config, dtype):
     def sum_to_kernel(x, out, scale, beta):
@@ -222,7 +244,9 @@ def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b) ->
 
 
 def sum_to(x, out, scale, beta) -> None:
-    """See ``kernels.cpu.sum_to``."""
-    if out.size:
-        dt = out.dtype.type
+    """See ``kernels.cpu.sum_to``; a full sum is a block reduction."""
+    dt = out.dtype.type
+    if out.size == 1 and x.size > 1:
+        launch("sum_all", out.dtype, grid(x.size), THREADS, x, out, dt(scale), dt(beta), *sums())
+    elif out.size:
         launch("sum_to", out.dtype, grid(out.size), THREADS, x, out, dt(scale), dt(beta))

@@ -8,43 +8,17 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import cuda, float64, int32, int64
 
 from .. import scalar
-from ._core import MAX_BLOCKS, THREADS, Config, array_type, flat, from_host, grid, kernel, launch
+from ._core import THREADS, Config, array_type, block_total, flat, grid, kernel, launch, sums
 
 _term = cuda.jit(device=True)(scalar.pointwise_loss)
 _term_grad = cuda.jit(device=True)(scalar.pointwise_loss_grad)
 
 
-@cuda.jit(device=True)
-def _finish_sum(cache, total, loss_out, scale, partial, counter):
-    """Add every thread's ``total``; the grand sum times ``scale`` lands in
-    ``loss_out[()]``. ``cache`` is the block's shared array (blockDim.x long)."""
-    tid = cuda.threadIdx.x
-    cache[tid] = total
-    cuda.syncthreads()
-    half = cuda.blockDim.x // 2
-    while half > 0:
-        if tid < half:
-            cache[tid] += cache[tid + half]
-        cuda.syncthreads()
-        half //= 2
-    if tid == 0:
-        partial[cuda.blockIdx.x] = cache[0]
-        cuda.threadfence()
-        ticket = cuda.atomic.add(counter, 0, 1)
-        if ticket == cuda.gridDim.x - 1:
-            grand = 0.0
-            for blk in range(cuda.gridDim.x):
-                grand += cuda.atomic.add(partial, blk, 0.0)   # a coherent read
-            loss_out[()] = grand * scale
-            counter[0] = 0
-
-
 def _scratch_types():
-    return array_type(float64, 1), array_type(int32, 1)
+    return array_type(float64, 1), array_type(int32, 1)   # what sums() holds
 
 
 @kernel("mse", lambda dt: (array_type(dt, 1), array_type(dt, 1), array_type(dt, 0),
@@ -63,7 +37,9 @@ def _mse_source(config: Config, dtype):
             resid[i] = c * d
             total += d * d
             i += stride
-        _finish_sum(cache, total, loss_out, scale, partial, counter)
+        last, grand = block_total(cache, total, partial, counter)
+        if last:
+            loss_out[()] = grand * scale
 
     return mse_kernel
 
@@ -83,7 +59,9 @@ def _pointwise_source(config: Config, dtype):
             total += _term(code, pred[i], target[i])
             grad[i] = scale * _term_grad(code, pred[i], target[i])
             i += stride
-        _finish_sum(cache, total, loss_out, scale, partial, counter)
+        last, grand = block_total(cache, total, partial, counter)
+        if last:
+            loss_out[()] = grand * scale
 
     return pointwise_kernel
 
@@ -116,35 +94,27 @@ def _cross_entropy_source(config: Config, dtype):
                 grad[i, c] *= inv
             grad[i, label] -= scale
             i += stride
-        _finish_sum(cache, total, loss_out, scale, partial, counter)
+        last, grand = block_total(cache, total, partial, counter)
+        if last:
+            loss_out[()] = grand * scale
 
     return cross_entropy_kernel
 
 
 # ------------------------------------------------------------ launchers
-_scratch: list = []   # [block partials, finished-blocks counter], made once
-
-
-def _sums() -> list:
-    if not _scratch:
-        _scratch[:] = [cuda.device_array(MAX_BLOCKS, np.float64),
-                       from_host(np.zeros(1, np.int32))]
-    return _scratch
-
-
 def mse(pred, target, loss_out, resid_out, scale) -> None:
     """loss_out[()] = scale * sum((pred - target)**2); resid = 2*scale*(pred - target)."""
     launch("mse", pred.dtype, grid(pred.size), THREADS,
-           flat(pred), flat(target), loss_out, flat(resid_out), float(scale), *_sums())
+           flat(pred), flat(target), loss_out, flat(resid_out), float(scale), *sums())
 
 
 def pointwise_loss(code, pred, target, loss_out, grad_out, scale) -> None:
     """See ``kernels.cpu.pointwise_loss``."""
     launch("pointwise_loss", pred.dtype, grid(pred.size), THREADS, int(code),
-           flat(pred), flat(target), loss_out, flat(grad_out), float(scale), *_sums())
+           flat(pred), flat(target), loss_out, flat(grad_out), float(scale), *sums())
 
 
 def cross_entropy(logits, labels, loss_out, grad_out, scale) -> None:
     """See ``kernels.cpu.cross_entropy``."""
     launch("cross_entropy", logits.dtype, grid(logits.shape[0]), THREADS,
-           logits, labels, loss_out, grad_out, float(scale), *_sums())
+           logits, labels, loss_out, grad_out, float(scale), *sums())
