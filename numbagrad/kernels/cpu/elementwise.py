@@ -234,6 +234,15 @@ def sum_to(x, out, scale, beta):
     + beta * out. Reductions' forward, and a bias's gradient."""
     rows, cols = x.shape
     b0, b1 = out.shape[0] == 1, out.shape[1] == 1
+    if b0 and not b1:
+        # Column sums (a bias gradient): walk x row by row, so the inner loop
+        # is contiguous and vectorises, adding into out as it goes.
+        for j in range(cols):
+            out[0, j] = scale * x[0, j] if beta == 0.0 else beta * out[0, j] + scale * x[0, j]
+        for r in range(1, rows):
+            for j in range(cols):
+                out[0, j] += scale * x[r, j]
+        return
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             total = x[0, 0] * 0

@@ -184,11 +184,17 @@ def _sum_to_source(config: Config, dtype):
         stride = cuda.gridsize(1)
         while k < out.size:
             i, j = k // out.shape[1], k % out.shape[1]
-            total = x[0, 0] * 0
-            for r in range(0 if b0 else i, rows if b0 else i + 1):
-                for c in range(0 if b1 else j, cols if b1 else j + 1):
-                    total += x[r, c]
-            out[i, j] = scale * total if beta == 0.0 else scale * total + beta * out[i, j]
+            if b0 and not b1:   # column sums in the CPU kernel's order
+                acc = scale * x[0, j] if beta == 0.0 else beta * out[0, j] + scale * x[0, j]
+                for r in range(1, rows):
+                    acc += scale * x[r, j]
+                out[0, j] = acc
+            else:
+                total = x[0, 0] * 0
+                for r in range(0 if b0 else i, rows if b0 else i + 1):
+                    for c in range(0 if b1 else j, cols if b1 else j + 1):
+                        total += x[r, c]
+                out[i, j] = scale * total if beta == 0.0 else scale * total + beta * out[i, j]
             k += stride
 
     return sum_to_kernel
