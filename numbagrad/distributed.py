@@ -9,8 +9,10 @@ in any rank into an abort of the whole job instead of a hang.
 Each rank runs its own shard through the usual loop. ``DistributedOptimizer``
 sums the window's gradients across ranks with one in-place allreduce of the
 optimizer's flat gradient buffer (one per device/dtype group) at the window
-boundary only, and folds the 1/size averaging into the update kernel; the
-other micro-steps talk to no one, as DDP's ``no_sync``.
+boundary only, and folds the averaging into the update kernel; the other
+micro-steps talk to no one, as DDP's ``no_sync``. With ``average="samples"``
+the window's sample count rides in the same allreduce. Clipping and the
+non-finite check see the reduced total, so every rank decides the same.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .optim import Optimizer, _collect_params
+from .optim import Optimizer
+from .optim._checks import collect_params
+from .optim.groups import TAIL, decode_count, encode_count
 
 _comm: MPI.Comm | None = None
 
@@ -48,14 +52,46 @@ def size() -> int:
     return _world().Get_size()
 
 
+def _agree(comm: MPI.Comm, fields: list[tuple[str, Any]], params: list,
+           names: list[str]) -> None:
+    """Check with one small allgather that every rank has the same ``fields``
+    (name, value) and param layout; raise on every rank where they differ.
+
+    Every rank sees the same gathered values, so every rank raises the same
+    ``ValueError``, naming the first difference and each rank's value.
+    """
+    layout = [(name, tuple(p.shape), str(p.dtype)) for name, p in zip(names, params)]
+    gathered = comm.allgather((fields, layout))
+
+    def each(values: list) -> str:
+        return ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+
+    for i, (field, _) in enumerate(fields):
+        values = [theirs[i][1] for theirs, _ in gathered]
+        if any(v != values[0] for v in values):
+            raise ValueError(f"ranks disagree on {field} ({each(values)})")
+    counts = [len(theirs) for _, theirs in gathered]
+    if len(set(counts)) > 1:
+        raise ValueError(f"ranks have different numbers of params ({each(counts)})")
+    for j in range(counts[0]):
+        entries = [theirs[j] for _, theirs in gathered]
+        if any(e[1:] != entries[0][1:] for e in entries):
+            shapes = [f"shape {e[1]} {e[2]}" for e in entries]
+            raise ValueError(f"param {entries[0][0]} differs across ranks ({each(shapes)})")
+
+
 def broadcast_parameters(params: Any, root: int = 0) -> None:
     """Overwrite every param's data with ``root``'s, in place.
 
     ``params`` is what optimizers take: an iterable or a name -> param
     mapping. Call it once after building the model so all ranks start equal.
+    It first checks (one small allgather) that every rank passes the same
+    number of params with the same shapes and dtypes, and raises a
+    ``ValueError`` on every rank otherwise.
     """
     comm = _world()
-    plist, _ = _collect_params(params)
+    plist, names = collect_params(params)
+    _agree(comm, [], plist, names)
     for p in plist:
         if p.device == "cpu":
             comm.Bcast(p.data, root=root)
@@ -66,15 +102,18 @@ def broadcast_parameters(params: Any, root: int = 0) -> None:
 
 
 class DistributedOptimizer:
-    """Wraps an SGD or Adam optimizer so its windows are averaged across ranks.
+    """Wraps an optimizer so its windows are reduced across ranks.
 
-    Everything else (``step``, ``zero_grad``, ``t``, ``lr``, state dicts)
-    behaves as the wrapped optimizer's. CUDA gradient buffers are staged
-    through a preallocated host buffer unless ``cuda_aware=True`` says the
-    MPI library can read device memory itself.
+    Everything else (``step``, ``flush``, ``zero_grad``, ``t``, ``lr``, state
+    dicts) behaves as the wrapped optimizer's; ``flush`` is collective. CUDA
+    gradient buffers are staged through a preallocated host buffer unless
+    ``cuda_aware=True`` says the MPI library can read device memory itself.
 
     Every param is updated at every window, reached or not (a param no rank
-    reached gets a zero gradient), so that ranks can never diverge.
+    reached gets a zero gradient), so that ranks can never diverge. At
+    construction every rank must agree on the optimizer class,
+    accumulate_steps, average, nonfinite, max_grad_norm and param layout,
+    or every rank raises a ``ValueError`` naming the first difference.
     """
 
     def __init__(self, optimizer: Optimizer, comm: MPI.Comm | None = None,
@@ -82,37 +121,73 @@ class DistributedOptimizer:
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"DistributedOptimizer wraps a numbagrad optimizer, "
                             f"got {type(optimizer).__name__}")
-        if optimizer._window_hook is not None:
+        win = optimizer._window
+        if win.hook is not None:
             raise ValueError("this optimizer is already wrapped by a DistributedOptimizer")
-        self._opt = optimizer
         self._comm = comm if comm is not None else _world()
+        params = list(optimizer.params)
+        names = [win.names[p.id] for p in params]
+        _agree(self._comm, [("the optimizer class", type(optimizer).__name__),
+                            ("accumulate_steps", win.accumulate_steps),
+                            ("average", win.average), ("nonfinite", win.nonfinite),
+                            ("max_grad_norm", win.max_grad_norm)], params, names)
+        self._opt = optimizer
         self._cuda_aware = cuda_aware
         self._staging: dict[int, np.ndarray] = {}   # device buffer id -> host twin
         self.allreduce_seconds = 0.0   # time spent in allreduce, for benchmarks
         self.allreduce_calls = 0
-        optimizer._window_hook = self._allreduce
-        optimizer._all_live = True
+        win.hook = self
+        win.all_live = True
 
-    def _allreduce(self, buffers: list) -> float:
+    # -------------------------------------------------- the window hook
+    def reduce(self, buffers: list, sizes: list[int], samples: int | None
+               ) -> tuple[int, int | None]:
+        """Sum each flat gradient buffer across ranks in place, one allreduce each.
+
+        The first buffer's tail carries ``samples`` (when given); the tail is
+        zero again on return. Returns (ranks, summed samples or None).
+        """
         start = time.perf_counter()
-        for flat in buffers:
-            host = None
-            if not isinstance(flat, np.ndarray) and not self._cuda_aware:
+        total = None
+        for index, (flat, n) in enumerate(zip(buffers, sizes)):
+            count = samples if index == 0 else None
+            if isinstance(flat, np.ndarray):
+                total = self._reduce_host(flat, n, count, total)
+            elif not self._cuda_aware:
                 host = self._staging.get(id(flat))
                 if host is None:   # made at the first window, reused after
                     host = self._staging[id(flat)] = np.empty(flat.shape, flat.dtype)
-            if host is None:
-                self._comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
-            else:
                 flat.copy_to_host(host)
-                self._comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+                total = self._reduce_host(host, n, count, total)
                 flat.copy_to_device(host)
+            else:
+                kern = self._opt._window.groups[index].kern
+                if count is not None:
+                    kern.upload(encode_count(count), flat[n:n + TAIL])
+                self._comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
+                if count is not None:
+                    total = decode_count(kern.to_host(flat[n:n + TAIL]))
+                    kern.fill(flat[n:n + TAIL], 0.0)
             self.allreduce_calls += 1
         self.allreduce_seconds += time.perf_counter() - start
-        return 1.0 / self._comm.Get_size()
+        return self._comm.Get_size(), total
 
-    # The wrapped optimizer's API (step, zero_grad, t, state dicts...) is
-    # served by __getattr__; lr needs a property so that setting it reaches it.
+    def _reduce_host(self, flat: np.ndarray, n: int, count: int | None,
+                     total: int | None) -> int | None:
+        if count is not None:
+            flat[n:n + TAIL] = encode_count(count)
+        self._comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
+        if count is not None:
+            total = decode_count(flat[n:n + TAIL])
+            flat[n:n + TAIL] = 0.0
+        return total
+
+    def total_positions(self, pos: int) -> int:
+        """Every rank's window position, summed (``flush`` agrees on it first)."""
+        return int(self._comm.allreduce(int(pos), op=MPI.SUM))
+
+    # The wrapped optimizer's API (step, flush, zero_grad, t, state dicts...)
+    # is served by __getattr__; lr needs a property so that setting it reaches it.
     @property
     def optimizer(self) -> Optimizer:
         return self._opt
@@ -126,4 +201,6 @@ class DistributedOptimizer:
         self._opt.lr = value
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_opt":   # not set yet: construction failed part-way
+            raise AttributeError(name)
         return getattr(self._opt, name)

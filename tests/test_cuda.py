@@ -143,16 +143,20 @@ def test_a_training_run_agrees_with_cpu(dt):
 
 
 # ------------------------------------------------ launches and transfers
-def small_problem(k):
+def small_problem(k, nonfinite="raise"):
     rng = np.random.default_rng(5)
     W = ng.param(rng.normal(size=(3, 4)), device="cuda")
     x = ng.tensor(rng.normal(size=(4, 2)), device="cuda")
     y = ng.tensor(rng.normal(size=(3, 2)), device="cuda")
-    return W, x, y, ng.optim.SGD([W], lr=0.1, momentum=0.9, accumulate_steps=k)
+    return W, x, y, ng.optim.SGD([W], lr=0.1, momentum=0.9, accumulate_steps=k,
+                                 nonfinite=nonfinite)
 
 
-def test_launch_budget():
-    W, x, y, opt = small_problem(k=2)
+# An applied window costs the fused update, plus (by default, nonfinite="raise")
+# one reduction whose 8-byte result the host reads to decide the window.
+@pytest.mark.parametrize("nonfinite, update_launches", [("raise", 2), ("ignore", 1)])
+def test_launch_budget(nonfinite, update_launches):
+    W, x, y, opt = small_problem(k=2, nonfinite=nonfinite)
     launches = ng.cuda.launch_count
     for _ in range(2):   # warm-up window
         with ng.grad_tape():
@@ -168,12 +172,15 @@ def test_launch_budget():
         assert forward_backward <= 4, f"{forward_backward} launches for forward + backward"
         before = launches()
         assert opt.step() is applied
-        assert launches() - before == (1 if applied else 0)
+        assert launches() - before == (update_launches if applied else 0)
 
 
-def test_a_micro_step_makes_no_host_device_copies(monkeypatch):
+@pytest.mark.parametrize("nonfinite, window_reads", [("raise", 1), ("ignore", 0)])
+def test_a_micro_step_makes_no_host_device_copies(monkeypatch, nonfinite, window_reads):
+    """No copies inside a window; at its end only the non-finite check's
+    one 8-byte read (none with nonfinite="ignore")."""
     from numba import cuda
-    W, x, y, opt = small_problem(k=3)
+    W, x, y, opt = small_problem(k=3, nonfinite=nonfinite)
 
     def micro_step():
         with ng.grad_tape():
@@ -190,17 +197,19 @@ def test_a_micro_step_makes_no_host_device_copies(monkeypatch):
         real = getattr(array_type, name)
         monkeypatch.setattr(array_type, name,
                             lambda self, *a, _real=real, _n=name, **kw:
-                            (copies.append(_n), _real(self, *a, **kw))[1])
+                            (copies.append((_n, self.nbytes)), _real(self, *a, **kw))[1])
     real_to_device = cuda.to_device
     monkeypatch.setattr(cuda, "to_device",
                         lambda *a, **kw: (copies.append("to_device"), real_to_device(*a, **kw))[1])
-    before = ng.cuda.transfer_count()
-    for _ in range(6):
+    for _ in range(2):      # inside a window
         loss = micro_step()
-    assert copies == [] and ng.cuda.transfer_count() == before
+    assert copies == []
+    loss = micro_step()     # closes the window
+    assert copies == [("copy_to_host", 8)] * window_reads
     assert kernels.get("cuda").is_device_array(loss.data)   # the loss stays on the device
+    copies.clear()
     loss.item()
-    assert copies == ["copy_to_host"]
+    assert copies == [("copy_to_host", loss.data.nbytes)]
 
 
 # ------------------------------------------------------------------ PTX

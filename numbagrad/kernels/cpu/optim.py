@@ -1,67 +1,329 @@
-"""CPU optimizer kernels: one fused pass over an optimizer's flat buffers."""
+"""CPU optimizer kernels: one fused pass over an optimizer's flat buffers.
+
+Each kernel has a serial and a multi-threaded (``prange``) variant with the
+same arithmetic, so both give the same bits. Below ``PARALLEL_MIN_SIZE``
+elements the serial one always runs (waking the threads costs more than it
+saves); ``NUMBAGRAD_PARALLEL_MIN`` overrides the threshold (0: never
+threaded). Above it ``_Dispatch`` runs whichever variant was faster when
+last timed: threads only help while cores are free.
+
+Hyper-parameters arrive as Python floats and are rounded once to the
+buffers' dtype before the element loop, so float32 buffers are updated in
+float32 arithmetic throughout. Adam's per-param bias corrections are worked
+out in float64 and then rounded, as PyTorch does with its Python scalars.
+"""
 from __future__ import annotations
 
-__all__ = ["sgd_update", "adam_update"]
+__all__ = ["adam_update", "sgd_update", "sumsq"]
 
 import math
+import os
+import time
 
-from numba import njit
+import numba
+import numpy as np
+from numba import njit, prange
+from numba.extending import overload
 
 
-# The optimizer kernels loop over each param's slice of the flat buffers:
-# indexing from 0 over a slice (rather than from seg[s]) lets LLVM prove the
-# indices non-negative and vectorize the loop, about 4x faster for Adam.
-@njit(cache=True, error_model="numpy")
-def sgd_update(w, g, v, seg, live, lr, momentum, scale):
-    """Fused SGD over an optimizer's flat buffers, as ``torch.optim.SGD``.
+def _env_int(key: str, default: int) -> int:
+    value = int(os.environ.get(key, default))
+    if value < 0:
+        raise ValueError(f"{key} must be a non-negative integer, got {value}")
+    return value
 
-    Segment s (``seg[s]:seg[s+1]``) is one param; it is skipped unless
-    ``live[s]``. The gradient is ``scale * g`` (scale folds in the 1/k
-    averaging) and ``g`` is zeroed in the same pass, ready for the next
-    window. ``v`` (the momentum buffer) is unused when momentum == 0.
+
+# Measured on the project's 2-core machine with _time_variants() (2 threads):
+# the threaded Adam and SGD win from 2**15 elements (two chunks) in both
+# dtypes, sumsq from 2**16; at 2**14 and below every threaded variant loses
+# (by 10-300% on a quiet machine). 2**16 is where all of them win.
+PARALLEL_MIN_SIZE = _env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
+CHUNK = 1 << 14   # elements per parallel task; also the unit of sumsq's fixed order
+RETRY = 50   # calls between re-timings of the variant not in use
+
+
+def _threaded(n: int) -> bool:
+    return 0 < PARALLEL_MIN_SIZE <= n and numba.get_num_threads() > 1
+
+
+class _Dispatch:
+    """Runs the serial or the threaded variant of one kernel.
+
+    Below the threshold (or with one thread) always the serial one. Above
+    it, each variant is timed on its second call (the first may compile) and
+    then the one with the lower time per element runs, the other being
+    re-timed every ``RETRY`` calls. On a machine whose cores other processes
+    keep busy a threaded call waits for a core: measured here under load,
+    15x slower than the serial one, which this falls back to.
     """
-    for s in range(seg.size - 1):
-        if not live[s]:
-            continue
-        lo, hi = seg[s], seg[s + 1]
-        ws, gs = w[lo:hi], g[lo:hi]
-        if momentum != 0.0:
-            vs = v[lo:hi]
+
+    def __init__(self, serial, threaded) -> None:
+        self.variants = (serial, threaded)
+        self.cost: list[float | None] = [None, None]   # seconds per element, last timed
+        self.seen = [0, 0]
+        self.calls = 0
+        self.clock = time.perf_counter
+
+    def __call__(self, n: int, *args) -> None:
+        if not _threaded(n):
+            self.variants[0](*args)
+            return
+        untimed = [i for i in (1, 0) if self.cost[i] is None]
+        if untimed:
+            which = untimed[0]
+        else:
+            self.calls += 1
+            best = 0 if self.cost[0] <= self.cost[1] else 1
+            which = 1 - best if self.calls % RETRY == 0 else best
+        start = self.clock()
+        self.variants[which](*args)
+        seconds = self.clock() - start
+        self.seen[which] += 1
+        if self.seen[which] > 1:
+            self.cost[which] = seconds / n
+
+
+def _cast_like(array, x):
+    """``x`` rounded to ``array``'s dtype (jitted code only)."""
+    return array.dtype.type(x)
+
+
+@overload(_cast_like)
+def _cast_like_impl(array, x):
+    dt = array.dtype
+
+    def impl(array, x):
+        return dt(x)
+    return impl
+
+
+# ----------------------------------------------------------------- SGD
+# The spans index from 0 over one param's slices (rather than from seg[s])
+# so that LLVM can prove the indices non-negative and vectorize the loop.
+@njit(cache=True, error_model="numpy")
+def _sgd_span(ws, gs, vs, lr, momentum, scale, weight_decay):
+    if momentum != 0:
+        if weight_decay != 0:
             for i in range(ws.size):
-                vi = momentum * vs[i] + scale * gs[i]
+                vi = momentum * vs[i] + (scale * gs[i] + weight_decay * ws[i])
                 vs[i] = vi
                 ws[i] = ws[i] - lr * vi
                 gs[i] = 0.0
         else:
             for i in range(ws.size):
-                ws[i] = ws[i] - lr * (scale * gs[i])
+                vi = momentum * vs[i] + scale * gs[i]
+                vs[i] = vi
+                ws[i] = ws[i] - lr * vi
                 gs[i] = 0.0
+    elif weight_decay != 0:
+        for i in range(ws.size):
+            ws[i] = ws[i] - lr * (scale * gs[i] + weight_decay * ws[i])
+            gs[i] = 0.0
+    else:
+        for i in range(ws.size):
+            ws[i] = ws[i] - lr * (scale * gs[i])
+            gs[i] = 0.0
 
 
 @njit(cache=True, error_model="numpy")
-def adam_update(w, g, m, v, seg, live, steps_in, steps_out,
-                lr, beta1, beta2, eps, scale):
-    """Fused Adam over an optimizer's flat buffers, as ``torch.optim.Adam``.
+def _sgd_serial(w, g, v, seg, live, lr, momentum, scale, weight_decay):
+    for s in range(seg.size - 1):
+        if live[s]:
+            lo, hi = seg[s], seg[s + 1]
+            _sgd_span(w[lo:hi], g[lo:hi], v[lo:hi], lr, momentum, scale, weight_decay)
 
-    Each segment keeps its own step count (read from ``steps_in``, written
-    to ``steps_out``) so a param skipped in a window keeps its bias
-    correction, exactly as PyTorch's per-param ``step``. ``g`` is zeroed.
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def _sgd_parallel(w, g, v, seg, live, lr, momentum, scale, weight_decay):
+    nseg = seg.size - 1
+    n = seg[nseg]
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        lo = c * CHUNK
+        hi = min(lo + CHUNK, n)
+        s = np.searchsorted(seg, lo, side="right") - 1
+        while s < nseg and seg[s] < hi:
+            a, b = max(lo, seg[s]), min(hi, seg[s + 1])
+            if live[s] and a < b:
+                _sgd_span(w[a:b], g[a:b], v[a:b], lr, momentum, scale, weight_decay)
+            s += 1
+
+
+def sgd_update(w, g, v, seg, live, lr, momentum, scale, weight_decay=0.0) -> None:
+    """Fused SGD over an optimizer's flat buffers, as ``torch.optim.SGD``.
+
+    Segment s (``seg[s]:seg[s+1]``) is one param; it is skipped unless
+    ``live[s]``. The gradient is ``scale * g`` (scale folds in the window's
+    averaging and any clipping) plus ``weight_decay * w`` (coupled, as
+    PyTorch's), and ``g`` is zeroed in the same pass, ready for the next
+    window. ``v`` (the momentum buffer) is unused when momentum == 0.
     """
+    dt = w.dtype.type
+    _sgd(w.size, w, g, v, seg, live, dt(lr), dt(momentum), dt(scale), dt(weight_decay))
+
+
+# ---------------------------------------------------------------- Adam
+@njit(cache=True, error_model="numpy")
+def _adam_span(ws, gs, ms, vs, step_size, bc2_sqrt, one_m_b1, beta2, one_m_b2, eps, scale,
+               decay):
+    for i in range(ws.size):
+        gi = scale * gs[i]
+        mi = ms[i] + one_m_b1 * (gi - ms[i])
+        vi = vs[i] * beta2 + one_m_b2 * gi * gi
+        ms[i] = mi
+        vs[i] = vi
+        ws[i] = ws[i] * decay - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps))
+        gs[i] = 0.0
+
+
+@njit(cache=True, error_model="numpy")
+def _adam_segment(w, g, m, v, lo, hi, t, lr, beta1, beta2, one_m_b1, beta2_t, one_m_b2,
+                  eps, scale, decay):
+    step_size = _cast_like(w, lr / (1.0 - beta1 ** t))
+    bc2_sqrt = _cast_like(w, math.sqrt(1.0 - beta2 ** t))
+    _adam_span(w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], step_size, bc2_sqrt, one_m_b1,
+               beta2_t, one_m_b2, eps, scale, decay)
+
+
+@njit(cache=True, error_model="numpy")
+def _adam_serial(w, g, m, v, seg, live, steps_in, steps_out, lr, beta1, beta2,
+                 one_m_b1, beta2_t, one_m_b2, eps, scale, decay):
     for s in range(seg.size - 1):
         if not live[s]:
             steps_out[s] = steps_in[s]
             continue
         t = steps_in[s] + 1
         steps_out[s] = t
-        step_size = lr / (1.0 - beta1 ** t)
-        bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
-        lo, hi = seg[s], seg[s + 1]
-        ws, gs, ms, vs = w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
-        for i in range(ws.size):
-            gi = scale * gs[i]
-            mi = ms[i] + (1.0 - beta1) * (gi - ms[i])
-            vi = vs[i] * beta2 + (1.0 - beta2) * gi * gi
-            ms[i] = mi
-            vs[i] = vi
-            ws[i] = ws[i] - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps))
-            gs[i] = 0.0
+        _adam_segment(w, g, m, v, seg[s], seg[s + 1], t, lr, beta1, beta2, one_m_b1, beta2_t,
+                      one_m_b2, eps, scale, decay)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def _adam_parallel(w, g, m, v, seg, live, steps_in, steps_out, lr, beta1, beta2,
+                   one_m_b1, beta2_t, one_m_b2, eps, scale, decay):
+    nseg = seg.size - 1
+    n = seg[nseg]
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        lo = c * CHUNK
+        hi = min(lo + CHUNK, n)
+        s = np.searchsorted(seg, lo, side="right") - 1
+        while s < nseg and seg[s] < hi:
+            a, b = max(lo, seg[s]), min(hi, seg[s + 1])
+            if live[s] and a < b:
+                _adam_segment(w, g, m, v, a, b, steps_in[s] + 1, lr, beta1, beta2, one_m_b1,
+                              beta2_t, one_m_b2, eps, scale, decay)
+            s += 1
+    for s in range(nseg):
+        steps_out[s] = steps_in[s] + 1 if live[s] else steps_in[s]
+
+
+def adam_update(w, g, m, v, seg, live, steps_in, steps_out,
+                lr, beta1, beta2, eps, scale, weight_decay=0.0) -> None:
+    """Fused Adam/AdamW over an optimizer's flat buffers, as ``torch.optim.AdamW``.
+
+    Each segment keeps its own step count (read from ``steps_in``, written
+    to ``steps_out``) so a param skipped in a window keeps its bias
+    correction, exactly as PyTorch's per-param ``step``. ``weight_decay`` is
+    decoupled (``w *= 1 - lr * weight_decay`` first); 0 gives plain Adam.
+    ``g`` is zeroed.
+    """
+    dt = w.dtype.type
+    _adam(w.size, w, g, m, v, seg, live, steps_in, steps_out, float(lr), float(beta1),
+          float(beta2), dt(1.0 - beta1), dt(beta2), dt(1.0 - beta2), dt(eps), dt(scale),
+          dt(1.0 - lr * weight_decay))
+
+
+# -------------------------------------------------------------- sumsq
+# reassoc lets LLVM vectorize the sum; it still keeps NaN and infinity
+# (no "nnan"/"ninf"), and one compiled chunk loop serves both variants.
+@njit(cache=True, error_model="numpy", fastmath={"reassoc"})
+def _sumsq_chunk(x, lo, hi):
+    xs = x[lo:hi]
+    total = 0.0
+    for i in range(xs.size):
+        a = np.float64(xs[i])   # (numba types float(float32) as float32)
+        total += a * a
+    return total
+
+
+@njit(cache=True, error_model="numpy")
+def _sumsq_serial(x, out):
+    n = x.size
+    total = 0.0
+    for c in range((n + CHUNK - 1) // CHUNK):
+        total += _sumsq_chunk(x, c * CHUNK, min(c * CHUNK + CHUNK, n))
+    out[0] = total
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def _sumsq_parallel(x, out):
+    n = x.size
+    chunks = (n + CHUNK - 1) // CHUNK
+    partial = np.empty(chunks)
+    for c in prange(chunks):
+        partial[c] = _sumsq_chunk(x, c * CHUNK, min(c * CHUNK + CHUNK, n))
+    total = 0.0
+    for c in range(chunks):
+        total += partial[c]
+    out[0] = total
+
+
+def sumsq(x, out) -> None:
+    """``out[0] = sum(x**2)`` over a flat buffer, accumulated in float64.
+
+    The optimizers' one extra pass at a window boundary: the gradient norm
+    for clipping, and non-finite if (and only if, short of an overflow
+    past 1e154) some element is NaN or infinite. ``out`` is a float64 array
+    of one element. The summation order is fixed (chunk by chunk), so both
+    variants give the same bits.
+    """
+    _sumsq(x.size, x, out)
+
+
+_sgd = _Dispatch(_sgd_serial, _sgd_parallel)
+_adam = _Dispatch(_adam_serial, _adam_parallel)
+_sumsq = _Dispatch(_sumsq_serial, _sumsq_parallel)
+
+
+# ------------------------------------------------------------ timing
+def _time_variants(exponents: range = range(12, 23), blocks: int = 3) -> None:
+    """Print serial/threaded ns per element of each kernel for 2**e elements.
+
+    How ``PARALLEL_MIN_SIZE`` was chosen (the best of ``blocks`` medians; run it
+    on a quiet machine)::
+
+        python -c "from numbagrad.kernels.cpu.optim import _time_variants as t; t()"
+    """
+    import statistics
+
+    def ns(fn, n, reps):
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) / n * 1e9
+
+    print(f"{numba.get_num_threads()} threads; serial/threaded ns per element")
+    for dtype in (np.float32, np.float64):
+        f = dtype
+        for e in exponents:
+            n = 1 << e
+            rng = np.random.default_rng(0)
+            w, g, m = (rng.normal(size=n).astype(dtype) for _ in range(3))
+            v = np.abs(rng.normal(size=n)).astype(dtype)
+            seg, live = np.array([0, n], np.int64), np.ones(1, np.uint8)
+            steps, out = np.zeros(1, np.int64), np.zeros(1)
+            adam = (w, g, m, v, seg, live, steps, steps.copy(), 1e-3, 0.9, 0.999, f(0.1),
+                    f(0.999), f(0.001), f(1e-8), f(0.5), f(1.0))
+            sgd = (w, g, v, seg, live, f(1e-3), f(0.9), f(0.5), f(0.0))
+            row = []
+            for name, pair, args in (("adam", (_adam_serial, _adam_parallel), adam),
+                                     ("sgd", (_sgd_serial, _sgd_parallel), sgd),
+                                     ("sumsq", (_sumsq_serial, _sumsq_parallel), (g, out))):
+                reps = max(7, min(301, 4_000_000 // n))
+                for kern in pair:
+                    kern(*args)
+                best = [min(ns(lambda k=k, a=args: k(*a), n, reps) for _ in range(blocks))
+                        for k in pair]
+                row.append(f"{name} {best[0]:.3f}/{best[1]:.3f}")
+            print(f"{np.dtype(dtype).name} 2^{e}: " + " | ".join(row), flush=True)

@@ -1,13 +1,19 @@
-"""CUDA optimizer kernels: one fused launch over an optimizer's flat buffers."""
+"""CUDA optimizer kernels: one fused launch over an optimizer's flat buffers.
+
+Per-element scalars enter as the buffers' dtype (float32 kernels compute in
+float32); Adam's per-param bias corrections are worked out in float64 and
+rounded once, as PyTorch does with its Python scalars.
+"""
 from __future__ import annotations
 
-__all__ = ["sgd_update", "adam_update"]
+__all__ = ["adam_update", "sgd_update", "sumsq"]
 
 import math
 
-from numba import cuda, float64, int64, uint8
+import numpy as np
+from numba import cuda, float64, int32, int64, uint8
 
-from ._core import THREADS, Config, array_type, grid, kernel, launch
+from ._core import MAX_BLOCKS, THREADS, Config, array_type, from_host, grid, kernel, launch
 
 
 # The optimizer kernels walk the params (segments) in order, each with its
@@ -15,9 +21,9 @@ from ._core import THREADS, Config, array_type, grid, kernel, launch
 # and no element needs to search for its segment.
 @kernel("sgd_update", lambda dt: (array_type(dt, 1), array_type(dt, 1), array_type(dt, 1),
                                   array_type(int64, 1), array_type(uint8, 1),
-                                  float64, float64, float64))
+                                  dt, dt, dt, dt))
 def _sgd_source(config: Config, dtype):
-    def sgd_kernel(w, g, v, seg, live, lr, momentum, scale):
+    def sgd_kernel(w, g, v, seg, live, lr, momentum, scale, weight_decay):
         start = cuda.grid(1)
         stride = cuda.gridsize(1)
         for s in range(seg.size - 1):
@@ -26,12 +32,15 @@ def _sgd_source(config: Config, dtype):
             i = seg[s] + start
             while i < seg[s + 1]:
                 gi = scale * g[i]
-                if momentum != 0.0:
-                    v[i] = momentum * v[i] + gi
-                    w[i] = w[i] - lr * v[i]
+                if weight_decay != 0:
+                    gi = gi + weight_decay * w[i]
+                if momentum != 0:
+                    vi = momentum * v[i] + gi
+                    v[i] = vi
+                    w[i] = w[i] - lr * vi
                 else:
                     w[i] = w[i] - lr * gi
-                g[i] = 0.0
+                g[i] = 0
                 i += stride
 
     return sgd_kernel
@@ -41,10 +50,10 @@ def _sgd_source(config: Config, dtype):
                                    array_type(dt, 1), array_type(int64, 1),
                                    array_type(uint8, 1), array_type(int64, 1),
                                    array_type(int64, 1), float64, float64, float64,
-                                   float64, float64))
+                                   dt, dt, dt, dt, dt, dt))
 def _adam_source(config: Config, dtype):
-    def adam_kernel(w, g, m, v, seg, live, steps_in, steps_out,
-                    lr, beta1, beta2, eps, scale):
+    def adam_kernel(w, g, m, v, seg, live, steps_in, steps_out, lr, beta1, beta2,
+                    one_m_b1, beta2_t, one_m_b2, eps, scale, decay):
         start = cuda.grid(1)
         stride = cuda.gridsize(1)
         for s in range(seg.size - 1):
@@ -53,31 +62,87 @@ def _adam_source(config: Config, dtype):
                 steps_out[s] = t
             if not live[s]:
                 continue
-            step_size = lr / (1.0 - beta1 ** t)
-            bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
+            step_size = dtype(lr / (1.0 - beta1 ** t))
+            bc2_sqrt = dtype(math.sqrt(1.0 - beta2 ** t))
             i = seg[s] + start
             while i < seg[s + 1]:
                 gi = scale * g[i]
-                m[i] = m[i] + (1.0 - beta1) * (gi - m[i])
-                v[i] = v[i] * beta2 + (1.0 - beta2) * gi * gi
-                w[i] = w[i] - step_size * (m[i] / (math.sqrt(v[i]) / bc2_sqrt + eps))
-                g[i] = 0.0
+                mi = m[i] + one_m_b1 * (gi - m[i])
+                vi = v[i] * beta2_t + one_m_b2 * gi * gi
+                m[i] = mi
+                v[i] = vi
+                w[i] = w[i] * decay - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps))
+                g[i] = 0
                 i += stride
 
     return adam_kernel
 
 
+@kernel("sumsq", lambda dt: (array_type(dt, 1), array_type(float64, 1),
+                             array_type(float64, 1), array_type(int32, 1)))
+def _sumsq_source(config: Config, dtype):
+    threads = config.threads
+
+    def sumsq_kernel(x, out, partial, counter):
+        # Grid-stride sums in float64, a shared-memory tree per block, then
+        # the last block to finish adds the block partials: one launch, no
+        # pre-zeroed output, deterministic for a fixed grid.
+        cache = cuda.shared.array(threads, float64)
+        tid = cuda.threadIdx.x
+        total = 0.0
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < x.size:
+            xi = float64(x[i])
+            total += xi * xi
+            i += stride
+        cache[tid] = total
+        cuda.syncthreads()
+        half = threads // 2
+        while half > 0:
+            if tid < half:
+                cache[tid] += cache[tid + half]
+            cuda.syncthreads()
+            half //= 2
+        if tid == 0:
+            partial[cuda.blockIdx.x] = cache[0]
+            cuda.threadfence()
+            ticket = cuda.atomic.add(counter, 0, 1)
+            if ticket == cuda.gridDim.x - 1:
+                grand = 0.0
+                for blk in range(cuda.gridDim.x):
+                    grand += cuda.atomic.add(partial, blk, 0.0)   # a coherent read
+                out[0] = grand
+                counter[0] = 0
+
+    return sumsq_kernel
+
+
 # ------------------------------------------------------------ launchers
-def sgd_update(w, g, v, seg, live, lr, momentum, scale) -> None:
+def sgd_update(w, g, v, seg, live, lr, momentum, scale, weight_decay=0.0) -> None:
     """Fused SGD over flat buffers; see ``kernels.cpu.sgd_update``."""
     if w.size:
+        dt = np.dtype(w.dtype).type
         launch("sgd_update", w.dtype, grid(w.size), THREADS,
-               w, g, v, seg, live, float(lr), float(momentum), float(scale))
+               w, g, v, seg, live, dt(lr), dt(momentum), dt(scale), dt(weight_decay))
 
 
 def adam_update(w, g, m, v, seg, live, steps_in, steps_out,
-                lr, beta1, beta2, eps, scale) -> None:
-    """Fused Adam over flat buffers; see ``kernels.cpu.adam_update``."""
+                lr, beta1, beta2, eps, scale, weight_decay=0.0) -> None:
+    """Fused Adam/AdamW over flat buffers; see ``kernels.cpu.adam_update``."""
+    dt = np.dtype(w.dtype).type
     launch("adam_update", w.dtype, grid(w.size), THREADS,
-           w, g, m, v, seg, live, steps_in, steps_out,
-           float(lr), float(beta1), float(beta2), float(eps), float(scale))
+           w, g, m, v, seg, live, steps_in, steps_out, float(lr), float(beta1), float(beta2),
+           dt(1.0 - beta1), dt(beta2), dt(1.0 - beta2), dt(eps), dt(scale),
+           dt(1.0 - lr * weight_decay))
+
+
+_sumsq_scratch: list = []   # [block partials, finished-blocks counter], made once
+
+
+def sumsq(x, out) -> None:
+    """``out[0] = sum(x**2)`` in float64; see ``kernels.cpu.sumsq``."""
+    if not _sumsq_scratch:
+        _sumsq_scratch[:] = [cuda.device_array(MAX_BLOCKS, np.float64),
+                             from_host(np.zeros(1, np.int32))]
+    launch("sumsq", x.dtype, grid(x.size), THREADS, x, out, *_sumsq_scratch)

@@ -1,0 +1,393 @@
+"""The optimizers: a window (``window.py``) feeding an update rule (``rules.py``).
+
+``Optimizer`` packs the params into flat buffers (``groups.py``), owns the
+learning rate (a float or a schedule) and the state dict; everything about
+micro-steps is the window's, everything about the update formula the rule's.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..tensor import Tensor
+from . import _checks, schedules
+from .groups import TAIL, Group
+from .rules import AdamRule, Rule, SGDRule
+from .window import Window
+
+
+class Optimizer:
+    """Base class: params in flat buffers, an accumulation window and an update rule.
+
+    ``step()`` closes a window every ``accumulate_steps`` calls: the first
+    k-1 calls change nothing and return False, the k-th applies one update
+    from the window's total and returns True.
+    """
+
+    def __init__(self, params: Any, rule: Rule, lr: Any, accumulate_steps: Any,
+                 average: Any, max_grad_norm: Any, nonfinite: Any) -> None:
+        plist, names = _checks.collect_params(params)
+        lr = _checks.lr_or_schedule(lr)
+        k = _checks.steps(accumulate_steps)
+        average = _checks.average(average)
+        max_grad_norm = _checks.max_grad_norm(max_grad_norm)
+        nonfinite = _checks.nonfinite(nonfinite)
+        # Validation is over; from here on the optimizer is built.
+        self._rule = rule
+        self._lr = lr
+        self._taken = False   # set when another optimizer adopts one of our params
+        by_key: dict[tuple, list[Tensor]] = {}
+        for p in plist:
+            by_key.setdefault((p.device, p.dtype), []).append(p)
+        groups = [Group(ps, self) for ps in by_key.values()]
+        for group in groups:
+            group.slots = rule.new_slots(group)
+        self._window = Window(groups, {p.id: name for p, name in zip(plist, names)}, k,
+                              average, max_grad_norm, nonfinite)
+
+    # ------------------------------------------------------- properties
+    @property
+    def lr(self) -> float:
+        """The learning rate the next update will use (a schedule evaluated at ``t``)."""
+        return self._lr_for(self._window.t) if callable(self._lr) else self._lr
+
+    @lr.setter
+    def lr(self, value: float | Callable[[int], float]) -> None:
+        self._lr = _checks.lr_or_schedule(value)
+
+    @property
+    def t(self) -> int:
+        """How many updates have been applied (windows completed)."""
+        return self._window.t
+
+    @property
+    def params(self) -> tuple[Tensor, ...]:
+        return tuple(p for group in self._window.groups for p in group.params)
+
+    @property
+    def pending_steps(self) -> int:
+        """How many micro-steps the current window holds so far."""
+        return self._window.pos
+
+    @property
+    def pending_samples(self) -> int:
+        """The samples passed to the current window so far (average="samples")."""
+        return self._window.samples
+
+    @property
+    def accumulate_steps(self) -> int:
+        return self._window.accumulate_steps
+
+    @property
+    def average(self) -> bool | str:
+        return self._window.average
+
+    @property
+    def max_grad_norm(self) -> float | None:
+        return self._window.max_grad_norm
+
+    @property
+    def nonfinite(self) -> str:
+        return self._window.nonfinite
+
+    @property
+    def skipped(self) -> int:
+        """Windows dropped as non-finite under ``nonfinite="skip"``."""
+        return self._window.skipped
+
+    @property
+    def last_grad_norm(self) -> float | None:
+        """The pre-clip L2 norm of the last applied window's total gradient.
+
+        None before the first update, or when nothing needs the norm
+        (``max_grad_norm=None`` and ``nonfinite="ignore"``).
+        """
+        return self._window.last_grad_norm
+
+    @property
+    def _groups(self) -> list[Group]:
+        return self._window.groups
+
+    # ------------------------------------------------------- the window
+    def step(self, grads: Mapping[int, Any] | None = None, *, samples: int | None = None
+             ) -> bool:
+        """Count one micro-step; apply the update on the k-th and return True.
+
+        With no argument the window's total is each param's accumulated
+        ``.grad`` (cleared when the update is applied). With a mapping
+        ``{param.id: gradient}`` (what ``ng.backward`` returns) the arrays
+        are added into the optimizer's own window buffer instead. With
+        ``average="samples"`` every call passes ``samples=n``, the micro-batch's
+        sample count. Returns False, too, when a non-finite window is skipped.
+        """
+        self._check_usable()
+        win = self._window
+        n = win.check_samples(samples)
+        plan = win.plan(grads)
+        closing = win.pos + 1 == win.accumulate_steps
+        lr = self._lr_for(win.t) if closing else 0.0
+        win.warn_if_empty(plan, win.pos + 1 if closing else 0)
+        win.record(plan, n)
+        return win.close(self._rule, lr) if closing else False
+
+    def flush(self) -> bool:
+        """Apply the current window now, scaled by what it holds; False if it is empty.
+
+        The scale is 1/micro-steps (average=True), 1 (False) or 1/samples
+        ("samples"). Under ``DistributedOptimizer`` every rank must call it
+        (one small allreduce agrees on the positions first): it applies when
+        any rank's window holds a micro-step, dividing by the micro-steps (or
+        samples) of all ranks; a rank whose window is empty adds its ``.grad``
+        (None, so zeros, unless backward ran without a step()).
+        """
+        self._check_usable()
+        win = self._window
+        positions = win.pos if win.hook is None else win.hook.total_positions(win.pos)
+        if not positions:
+            return False
+        lr = self._lr_for(win.t)
+        win.warn_if_empty(None, win.pos)
+        return win.close(self._rule, lr, positions)
+
+    def zero_grad(self) -> None:
+        """Set every param's ``.grad`` to None (the buffers are reused).
+
+        In the middle of a window that reads ``.grad`` this discards the
+        micro-batches accumulated so far, restarts the window and warns.
+        """
+        self._check_usable()
+        self._window.zero_grad()
+
+    def _lr_for(self, t: int) -> float:
+        if not callable(self._lr):
+            return self._lr
+        value = self._lr(t)
+        return _checks.lr_value(value, f"lr({t}) from the schedule {self._lr!r}")
+
+    def _check_usable(self) -> None:
+        if self._taken:
+            raise RuntimeError("a param of this optimizer was adopted by another "
+                               "optimizer, which now holds its data and .grad; "
+                               "use that optimizer (a param belongs to one at a time)")
+
+    def _hyper(self) -> dict[str, Any]:
+        win = self._window
+        return {"lr": self._lr_state(), "accumulate_steps": win.accumulate_steps,
+                "average": win.average, "max_grad_norm": win.max_grad_norm,
+                "nonfinite": win.nonfinite, **self._rule.hyper()}
+
+    def _lr_state(self) -> Any:
+        lr = self._lr
+        if isinstance(lr, schedules.Schedule):
+            return lr.to_dict()
+        if callable(lr):
+            return {"schedule": "callable", "name": _callable_name(lr)}
+        return lr
+
+    # ------------------------------------------------------- state dict
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume, even mid-window, as host arrays.
+
+        Holds the hyper-parameters (a built-in schedule by value), ``t``, the
+        window position, spelling and samples, the partial accumulators (each
+        param's ``.grad`` and the step(grads) window buffer), the skip count,
+        the last norm and the rule's state. Weights are not included. A
+        callable ``lr`` that is not a built-in schedule cannot be saved: it is
+        recorded by name, with a RuntimeWarning, and ``load_state_dict`` then
+        keeps the loading optimizer's own callable.
+        """
+        self._check_usable()
+        win = self._window
+        if callable(self._lr) and not isinstance(self._lr, schedules.Schedule):
+            warnings.warn(f"lr is the callable {_callable_name(self._lr)}, which a state "
+                          f"dict cannot hold; it is saved by name only and "
+                          f"load_state_dict() keeps the loading optimizer's own lr "
+                          f"(ng.optim.schedules are saved by value)",
+                          RuntimeWarning, stacklevel=2)
+        groups = []
+        for g in win.groups:
+            kern = g.kern
+            groups.append({
+                "device": kern.name, "dtype": str(g.dtype),
+                "shapes": [p.shape for p in g.params],
+                "grad": kern.to_host(g.g_body),
+                "live": np.array([p._live for p in g.params]),
+                "window": None if g.win is None else kern.to_host(g.win_body),
+                "seen": np.array(g.seen),
+                "slots": {name: kern.to_host(a) for name, a in g.slots.items()},
+            })
+        return {"type": type(self).__name__, "hyper": self._hyper(), "t": win.t,
+                "pos": win.pos, "mode": win.mode, "samples": win.samples,
+                "skipped": win.skipped, "last_grad_norm": win.last_grad_norm,
+                "groups": groups}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict()`` output; checks everything before changing anything."""
+        self._check_usable()
+        try:
+            hyper, lr, counters = self._check_state(state)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed optimizer state dict: {exc!r}") from None
+        win = self._window
+        self._lr = lr
+        win.accumulate_steps = hyper.pop("accumulate_steps")
+        win.average = hyper.pop("average")
+        win.max_grad_norm = hyper.pop("max_grad_norm")
+        win.nonfinite = hyper.pop("nonfinite")
+        self._rule.load(hyper)
+        win.t, win.pos, win.samples, win.skipped, win.last_grad_norm = counters
+        win.mode = state["mode"]
+        for g, saved in zip(win.groups, state["groups"]):
+            kern = g.kern
+            tail = np.zeros(TAIL, g.dtype)
+            kern.upload(np.concatenate([np.asarray(saved["grad"], g.dtype), tail]), g.g)
+            for p, live in zip(g.params, saved["live"]):
+                p._live = bool(live)
+            if saved["window"] is not None:
+                kern.upload(np.concatenate([np.asarray(saved["window"], g.dtype), tail]),
+                            g.window())
+            elif g.win is not None:
+                kern.fill(g.win, 0.0)
+            g.seen = [bool(s) for s in saved["seen"]]
+            for name, array in g.slots.items():
+                kern.upload(np.asarray(saved["slots"][name]), array)
+            g.live_flags = None
+
+    def _check_state(self, state: Mapping[str, Any]) -> tuple[dict, Any, tuple]:
+        if state["type"] != type(self).__name__:
+            raise ValueError(f"state dict is for {state['type']}, not {type(self).__name__}")
+        win = self._window
+        saved = state["hyper"]
+        lr = self._checked_lr(saved["lr"])
+        hyper = {"accumulate_steps": _checks.steps(saved["accumulate_steps"]),
+                 "average": _checks.average(saved["average"]),
+                 # absent from state dicts of numbagrad 0.1: keep this optimizer's
+                 "max_grad_norm": _checks.max_grad_norm(saved.get("max_grad_norm",
+                                                                  win.max_grad_norm)),
+                 "nonfinite": _checks.nonfinite(saved.get("nonfinite", win.nonfinite))}
+        hyper.update(self._rule.checked(saved))
+        k = hyper["accumulate_steps"]
+        if state["mode"] not in (None, "grad", "map"):
+            raise ValueError(f"state dict window mode {state['mode']!r} is unknown")
+        t, pos = int(state["t"]), int(state["pos"])
+        if not 0 <= pos < k or t < 0:
+            raise ValueError(f"state dict position {state['pos']} / t {state['t']} do not "
+                             f"fit accumulate_steps={k}")
+        samples, skipped = int(state.get("samples", 0)), int(state.get("skipped", 0))
+        if samples < 0 or skipped < 0 or (samples and hyper["average"] != "samples"):
+            raise ValueError(f"state dict samples {samples} / skipped {skipped} do not fit "
+                             f"average={hyper['average']!r}")
+        norm = state.get("last_grad_norm")
+        norm = None if norm is None else float(norm)
+        if len(state["groups"]) != len(win.groups):
+            raise ValueError(f"state dict has {len(state['groups'])} param groups, "
+                             f"this optimizer {len(win.groups)}")
+        for g, saved_g in zip(win.groups, state["groups"]):
+            shapes = [tuple(s) for s in saved_g["shapes"]]
+            mine = [p.shape for p in g.params]
+            if (saved_g["device"], saved_g["dtype"], shapes) != (g.kern.name, str(g.dtype), mine):
+                raise ValueError(f"state dict group ({saved_g['device']}, {saved_g['dtype']}, "
+                                 f"shapes {shapes}) does not match this optimizer's "
+                                 f"({g.kern.name}, {g.dtype}, shapes {mine})")
+            n = len(g.params)
+            want = {"grad": (g.size,), "live": (n,), "seen": (n,)}
+            if saved_g["window"] is not None:
+                want["window"] = (g.size,)
+            for key, shape in want.items():
+                if np.shape(saved_g[key]) != shape:
+                    raise ValueError(f"state dict {key!r} has shape "
+                                     f"{np.shape(saved_g[key])}, expected {shape}")
+            if set(saved_g["slots"]) != set(g.slots):
+                raise ValueError(f"state dict holds state {sorted(saved_g['slots'])}, this "
+                                 f"optimizer {sorted(g.slots)}")
+            for name, array in g.slots.items():
+                if np.shape(saved_g["slots"][name]) != array.shape:
+                    raise ValueError(f"state dict {name!r} has shape "
+                                     f"{np.shape(saved_g['slots'][name])}, expected {array.shape}")
+        return hyper, lr, (t, pos, samples, skipped, norm)
+
+    def _checked_lr(self, saved: Any) -> Any:
+        if not isinstance(saved, Mapping):
+            return _checks.lr_value(saved)
+        if saved.get("schedule") != "callable":
+            return schedules.from_dict(saved)
+        if callable(self._lr) and not isinstance(self._lr, schedules.Schedule):
+            return self._lr
+        raise ValueError(f"the state dict's lr was the callable {saved.get('name')}, which "
+                         f"was not saved; build this optimizer with that callable as lr "
+                         f"before loading")
+
+    def __repr__(self) -> str:
+        hyper = ", ".join(f"{k}={v!r}" for k, v in self._hyper().items())
+        return f"{type(self).__name__}({len(self.params)} params, {hyper}, t={self.t})"
+
+
+def _callable_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module else name
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum, as ``torch.optim.SGD``:
+    ``d = g + weight_decay * w; v = momentum * v + d; w -= lr * v`` (``w -= lr * d``
+    at momentum 0).
+    """
+
+    def __init__(self, params: Any, lr: float | Callable[[int], float], momentum: float = 0.0,
+                 accumulate_steps: int = 1, average: bool | str = True, *,
+                 weight_decay: float = 0.0, max_grad_norm: float | None = None,
+                 nonfinite: str = "raise") -> None:
+        super().__init__(params, SGDRule(momentum, weight_decay), lr, accumulate_steps,
+                         average, max_grad_norm, nonfinite)
+
+    @property
+    def momentum(self) -> float:
+        return self._rule.momentum
+
+    @property
+    def weight_decay(self) -> float:
+        return self._rule.weight_decay
+
+
+class Adam(Optimizer):
+    """Adam with PyTorch's formulas (``torch.optim.Adam``, no weight decay).
+
+    Bias correction counts applied updates, never the skipped micro-steps.
+    """
+
+    def __init__(self, params: Any, lr: float | Callable[[int], float] = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 accumulate_steps: int = 1, average: bool | str = True, *,
+                 max_grad_norm: float | None = None, nonfinite: str = "raise") -> None:
+        super().__init__(params, AdamRule(betas, eps), lr, accumulate_steps, average,
+                         max_grad_norm, nonfinite)
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        return self._rule.betas
+
+    @property
+    def eps(self) -> float:
+        return self._rule.eps
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay, as ``torch.optim.AdamW``:
+    ``w *= 1 - lr * weight_decay`` before each Adam update.
+    """
+
+    def __init__(self, params: Any, lr: float | Callable[[int], float] = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, accumulate_steps: int = 1,
+                 average: bool | str = True, *, max_grad_norm: float | None = None,
+                 nonfinite: str = "raise") -> None:
+        Optimizer.__init__(self, params, AdamRule(betas, eps, weight_decay, decoupled=True), lr,
+                           accumulate_steps, average, max_grad_norm, nonfinite)
+
+    @property
+    def weight_decay(self) -> float:
+        return self._rule.weight_decay

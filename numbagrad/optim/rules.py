@@ -1,0 +1,115 @@
+"""Update rules: their hyper-parameters, per-element slots and one fused kernel each.
+
+A rule knows nothing about windows: the optimizer hands it a group, the
+group's flat gradient total, the learning rate and the factor to scale the
+total by (the window's averaging and clipping folded into one number), and
+the rule's kernel applies the update and zeroes the gradient buffer.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _checks
+from .groups import Group
+
+
+class Rule:
+    """Base class: ``names`` lists the hyper-parameters saved in state dicts."""
+
+    names: tuple[str, ...] = ()
+
+    def new_slots(self, group: Group) -> dict[str, Any]:
+        """The per-element (or per-param) state of a new group, zeroed."""
+        return {}
+
+    def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
+        raise NotImplementedError
+
+    def hyper(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.names}
+
+    def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """Validated hyper-parameters from a state dict; raises, changes nothing."""
+        return {}
+
+    def load(self, values: Mapping[str, Any]) -> None:
+        for name, value in values.items():
+            setattr(self, name, value)
+
+
+class SGDRule(Rule):
+    """``torch.optim.SGD``: ``d = g + wd * w; v = momentum * v + d; w -= lr * v``."""
+
+    names = ("momentum", "weight_decay")
+
+    def __init__(self, momentum: Any, weight_decay: Any) -> None:
+        self.momentum = _checks.unit("momentum", momentum)
+        self.weight_decay = _checks.non_negative("weight_decay", weight_decay)
+
+    def new_slots(self, group: Group) -> dict[str, Any]:
+        return {"momentum_buffer": group.zeros(tail=0)} if self.momentum else {}
+
+    def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
+        v = group.slots.get("momentum_buffer", flat_grad)
+        group.kern.sgd_update(group.w, flat_grad, v, group.seg, group.live,
+                              lr, self.momentum, scale, self.weight_decay)
+
+    def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:
+        momentum = _checks.unit("momentum", saved["momentum"])
+        if bool(momentum) != bool(self.momentum):
+            raise ValueError(f"state dict momentum {momentum} and this optimizer's "
+                             f"{self.momentum} differ in whether a buffer is kept")
+        return {"momentum": momentum,
+                "weight_decay": _checks.non_negative("weight_decay",
+                                                     saved.get("weight_decay", 0.0))}
+
+
+class AdamRule(Rule):
+    """``torch.optim.Adam``, or ``AdamW`` with ``decoupled`` weight decay.
+
+    Bias correction counts applied updates of each param, never the
+    micro-steps, and a param without a gradient in a window keeps its count.
+    """
+
+    def __init__(self, betas: Any, eps: Any, weight_decay: Any = 0.0,
+                 decoupled: bool = False) -> None:
+        self.betas, self.eps = self._checked(betas, eps)
+        self.weight_decay = _checks.non_negative("weight_decay", weight_decay)
+        self.names = ("betas", "eps", "weight_decay") if decoupled else ("betas", "eps")
+
+    @staticmethod
+    def _checked(betas: Any, eps: Any) -> tuple[tuple[float, float], float]:
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        betas = (_checks.unit("betas[0]", betas[0]), _checks.unit("betas[1]", betas[1]))
+        eps = _checks.real("eps", eps)
+        if eps <= 0:
+            raise ValueError(f"eps must be > 0, got {eps!r}")
+        return betas, eps
+
+    def new_slots(self, group: Group) -> dict[str, Any]:
+        # Per-param step counts: the kernel reads "step" and writes the
+        # next counts into the scratch twin, then the two swap.
+        steps = [group.kern.from_host(np.zeros(len(group.params), np.int64)) for _ in "ab"]
+        group.scratch["next_step"] = steps[1]
+        return {"exp_avg": group.zeros(tail=0), "exp_avg_sq": group.zeros(tail=0),
+                "step": steps[0]}
+
+    def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
+        slots, scratch = group.slots, group.scratch
+        group.kern.adam_update(group.w, flat_grad, slots["exp_avg"], slots["exp_avg_sq"],
+                               group.seg, group.live, slots["step"], scratch["next_step"],
+                               lr, self.betas[0], self.betas[1], self.eps, scale,
+                               self.weight_decay)
+        slots["step"], scratch["next_step"] = scratch["next_step"], slots["step"]
+
+    def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:
+        betas, eps = self._checked(saved["betas"], saved["eps"])
+        values = {"betas": betas, "eps": eps}
+        if "weight_decay" in self.names:
+            values["weight_decay"] = _checks.non_negative("weight_decay",
+                                                          saved["weight_decay"])
+        return values

@@ -1,0 +1,241 @@
+"""The accumulation window: what happens between one applied update and the next.
+
+A window collects ``accumulate_steps`` micro-steps (as optax's ``MultiSteps``
+wraps a transformation): either each param's ``.grad`` (``step()``) or the
+optimizer's own buffer (``step(grads)``), one spelling per window. At the
+boundary it reduces across ranks (the distributed hook), works out the
+scale (1/k, 1 or 1/samples), checks the total for NaN/infinity and clips
+it in one reduction pass, and hands the update to the rule.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from ..tensor import Tensor
+from . import _checks
+from .groups import COUNT_LIMIT, Group
+from .rules import Rule
+
+# added to the norm before dividing, as torch.nn.utils.clip_grad_norm_
+CLIP_EPS = 1e-6
+
+
+class WindowHook(Protocol):
+    """What ``numbagrad.distributed`` plugs into a window."""
+
+    def reduce(self, buffers: list, sizes: list[int], samples: int | None
+               ) -> tuple[int, int | None]:
+        """Sum each gradient buffer across ranks in place (one allreduce each; the
+        first also carries ``samples``); return (ranks, summed samples or None)."""
+
+    def total_positions(self, pos: int) -> int:
+        """Every rank's window position, summed (a collective; ``flush`` only)."""
+
+
+class Window:
+    """Positions, spellings, samples, flush, non-finite checks and clipping."""
+
+    def __init__(self, groups: list[Group], names: dict[int, str], accumulate_steps: int,
+                 average: bool | str, max_grad_norm: float | None, nonfinite: str) -> None:
+        self.groups = groups
+        self.names = names
+        self.index = {p.id: (group, i) for group in groups for i, p in enumerate(group.params)}
+        self.accumulate_steps = accumulate_steps
+        self.average = average
+        self.max_grad_norm = max_grad_norm
+        self.nonfinite = nonfinite
+        self.t = 0                   # applied updates
+        self.pos = 0                 # micro-steps in the current window
+        self.mode: str | None = None  # "grad" or "map" inside a window
+        self.samples = 0             # samples= summed over the current window
+        self.skipped = 0             # windows dropped by nonfinite="skip"
+        self.last_grad_norm: float | None = None
+        self.hook: WindowHook | None = None
+        self.all_live = False        # update every param, reached or not (distributed)
+
+    # ------------------------------------------------------- micro-steps
+    def check_samples(self, samples: Any) -> int:
+        """``samples=`` of one micro-step, checked against the average mode."""
+        if self.average != "samples":
+            if samples is not None:
+                raise ValueError(f"step(samples={samples!r}) needs average='samples'; this "
+                                 f"optimizer has average={self.average!r}")
+            return 0
+        if samples is None:
+            raise ValueError("average='samples': every step() must pass samples=n, the "
+                             "number of samples in this micro-batch (gradients as sums)")
+        n = _checks.positive_int("samples", samples)
+        if self.hook is not None and self.samples + n >= COUNT_LIMIT:
+            raise ValueError(f"a window of {self.samples + n} samples is more than "
+                             f"DistributedOptimizer can count ({COUNT_LIMIT - 1})")
+        return n
+
+    def plan(self, grads: Any) -> list[tuple[Group, int, Any]] | None:
+        """Check the spelling and every passed gradient before any is used."""
+        if grads is None:
+            if self.mode == "map":
+                raise RuntimeError("step() without grads inside a window begun with "
+                                   "step(grads); keep one spelling per window")
+            return None
+        if self.mode == "grad":
+            raise RuntimeError("step(grads) inside a window begun with step() "
+                               "(which reads .grad); keep one spelling per window")
+        if not isinstance(grads, Mapping):
+            raise TypeError(f"step(grads) takes a mapping {{param.id: array}} such as "
+                            f"ng.backward returns, got {type(grads).__name__}")
+        plan = []
+        for key, array in grads.items():
+            where = self.index.get(key)
+            if where is None:
+                continue   # a param this optimizer does not own
+            group, i = where
+            p = group.params[i]
+            if isinstance(array, Tensor):
+                array = array.data
+            what = f"step(grads): gradient for {self.names[p.id]} (id {p.id})"
+            if not group.kern.is_device_array(array):
+                raise TypeError(f"{what} is {type(array).__name__}; the param is on "
+                                f"{p.device} and needs a {p.device} array")
+            if array.shape != p.shape or array.dtype != p.dtype:
+                raise ValueError(f"{what} has shape {array.shape} and dtype {array.dtype}; "
+                                 f"the param has shape {p.shape} and dtype {p.dtype}")
+            plan.append((group, i, array))
+        return plan
+
+    def warn_if_empty(self, plan: list | None, closing: int = 0) -> None:
+        """Warn (before anything changes) about micro-steps and windows that add nothing.
+
+        ``closing`` is the number of micro-steps of the window closing now (0
+        when this micro-step does not close it).
+        """
+        if plan is not None and not plan:
+            warnings.warn(f"step(grads): the mapping holds a gradient for none of this "
+                          f"optimizer's params ({self._param_names()}); this micro-step "
+                          f"adds nothing", RuntimeWarning, stacklevel=3)
+        if closing and not self._holds_gradient(plan):
+            warnings.warn(f"the window of {closing} micro-step(s) closing now holds no "
+                          f"gradient for any of this optimizer's params "
+                          f"({self._param_names()})", RuntimeWarning, stacklevel=3)
+
+    def _holds_gradient(self, plan: list | None) -> bool:
+        if plan:
+            return True
+        if plan is not None or self.mode == "map":
+            return any(any(g.seen) for g in self.groups)
+        return any(p._live for g in self.groups for p in g.params)
+
+    def _param_names(self) -> str:
+        return _checks.name_list([self.names[p.id] for g in self.groups for p in g.params])
+
+    def record(self, plan: list | None, samples: int) -> None:
+        """Count one checked micro-step, adding a mapping's arrays into the window buffer."""
+        if plan is not None:
+            for group, i, array in plan:
+                group.window()
+                group.kern.axpby(1.0, array, 1.0, group.win_views[i])
+                group.seen[i] = True
+        self.mode = "grad" if plan is None else "map"
+        self.pos += 1
+        self.samples += samples
+
+    # -------------------------------------------------------- boundary
+    def close(self, rule: Rule, lr: float, positions: int | None = None) -> bool:
+        """Apply the window's total; False if it was skipped as non-finite.
+
+        ``positions`` is how many micro-steps the window holds over all
+        ranks (``flush`` passes it); by default ``pos`` on every rank.
+        """
+        mode = self.mode or "grad"
+        buffers = []
+        for group in self.groups:
+            if mode == "grad":
+                buffers.append(group.g)
+                flags = tuple(p._live for p in group.params)
+            else:
+                buffers.append(group.window())
+                flags = tuple(group.seen)
+            group.set_live((True,) * len(flags) if self.all_live else flags)
+        ranks, samples = 1, self.samples
+        if self.hook is not None:
+            ranks, summed = self.hook.reduce(buffers, [g.size for g in self.groups],
+                                             samples if self.average == "samples" else None)
+            samples = summed if summed is not None else samples
+        if self.average == "samples":
+            divisor = samples
+        elif self.average:
+            divisor = positions if positions is not None else self.pos * ranks
+        else:
+            divisor = ranks
+        scale = 1.0 / divisor
+
+        norm = None
+        if self.max_grad_norm is not None or self.nonfinite != "ignore":
+            sq = sum(g.sum_of_squares(flat) for g, flat in zip(self.groups, buffers))
+            norm = scale * math.sqrt(sq) if sq >= 0 else math.nan
+            if not math.isfinite(norm) and self.nonfinite != "ignore":
+                bad = [self.names[g.params[i].id] for g, flat in zip(self.groups, buffers)
+                       for i in g.nonfinite(flat)]
+                if bad:
+                    return self._drop(mode, bad)
+            if self.max_grad_norm is not None:
+                coef = self.max_grad_norm / (norm + CLIP_EPS)
+                if not coef >= 1.0:   # NaN too, as torch: a NaN norm makes NaN grads
+                    scale *= coef
+        for group, flat in zip(self.groups, buffers):
+            rule.update(group, flat, lr, scale)
+        self.last_grad_norm = norm
+        self._clear(mode, zeroed=True)
+        self.t += 1
+        return True
+
+    def _drop(self, mode: str, bad: list[str]) -> bool:
+        """Discard a non-finite window, then raise or warn as ``nonfinite`` says."""
+        t = self.t
+        self.discard(mode)
+        what = (f"non-finite gradient (NaN or infinity) in the window for update t={t} in "
+                f"{_checks.name_list(bad)}; nothing was applied and the window was discarded")
+        if self.nonfinite == "raise":
+            raise FloatingPointError(f"{what} (nonfinite='raise'; 'skip' drops such windows "
+                                     f"with a warning)")
+        self.skipped += 1
+        warnings.warn(f"{what} (nonfinite='skip': {self.skipped} skipped so far)",
+                      RuntimeWarning, stacklevel=4)
+        return False
+
+    def discard(self, mode: str | None = None) -> None:
+        """Zero the accumulators of the current window and restart it."""
+        self._clear(mode or self.mode or "grad", zeroed=False)
+
+    def _clear(self, mode: str, zeroed: bool) -> None:
+        for group in self.groups:
+            if mode == "grad":
+                if not zeroed:
+                    group.kern.fill(group.g, 0.0)
+                for p in group.params:
+                    p._live = False
+            else:
+                if not zeroed:
+                    group.kern.fill(group.window(), 0.0)
+                group.seen = [False] * len(group.params)
+        self.pos = 0
+        self.mode = None
+        self.samples = 0
+
+    # ------------------------------------------------------------ .grad
+    def zero_grad(self) -> None:
+        if self.mode == "grad" and self.pos:
+            warnings.warn(f"zero_grad() discarded {self.pos} accumulated micro-batch(es) "
+                          f"of an unfinished window (accumulate_steps="
+                          f"{self.accumulate_steps}); the window starts again",
+                          RuntimeWarning, stacklevel=3)
+            self.pos = 0
+            self.mode = None
+            self.samples = 0
+        for group in self.groups:
+            if any(p._live for p in group.params):
+                group.kern.fill(group.g, 0.0)
+                for p in group.params:
+                    p._live = False
