@@ -3,11 +3,14 @@
     mpiexec -n 2 python -m mpi4py scripts/train_dp.py
     mpiexec -n 2 python -m mpi4py scripts/train_dp.py --optimizer adam --json out.json
     mpiexec -n 2 python -m mpi4py scripts/train_dp.py --bench     # allreduce share
+    python scripts/train_dp.py                                     # one process works too
 
 Every window holds ``size * k * micro`` examples: rank r takes the r-th
 contiguous block and feeds it as k micro-batches of ``micro`` columns. With
 the MSE mean loss this lands exactly where one process taking the whole
-window as one batch lands (``reference`` computes that, for the tests).
+window as one batch lands (``reference`` computes that; the run prints both
+final losses side by side). The defaults converge: the loss falls by far
+more than 10x with SGD and with Adam.
 """
 from __future__ import annotations
 
@@ -20,15 +23,23 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import numbagrad as ng  # noqa: E402
+import numbagrad as ng
+
+LR = {"sgd": 0.2, "adam": 0.1}
+MOMENTUM = 0.5
+WINDOWS = 40
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    p.add_argument("--windows", type=int, default=6)
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"learning rate (default: {LR['sgd']} for SGD, {LR['adam']} for Adam)")
+    p.add_argument("--momentum", type=float, default=MOMENTUM, help="SGD's momentum")
+    p.add_argument("--windows", type=int, default=None,
+                   help=f"accumulation windows (default {WINDOWS}; 4 with --bench)")
     p.add_argument("--k", type=int, default=2, help="micro-batches per window per rank")
-    p.add_argument("--micro", type=int, default=4, help="columns per micro-batch")
+    p.add_argument("--micro", type=int, default=8, help="columns per micro-batch")
     p.add_argument("--d-in", type=int, default=8)
     p.add_argument("--d-out", type=int, default=3)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float64")
@@ -40,10 +51,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bench", action="store_true",
                    help="time 1024x1024 float32 windows and report the allreduce share")
     args = p.parse_args(argv)
+    if not args.bench:
+        args.windows = args.windows or WINDOWS
     if args.bench:
         args.d_in = args.d_out = 1024
         args.micro, args.k, args.dtype, args.optimizer = 512, 4, "float32", "adam"
-        args.windows = max(args.windows, 4)
+        args.windows = args.windows or 4
     return args
 
 
@@ -59,9 +72,10 @@ def make_data(args: argparse.Namespace, world: int) -> tuple[np.ndarray, np.ndar
 
 
 def make_optimizer(args: argparse.Namespace, W: ng.Tensor, k: int) -> ng.optim.Optimizer:
+    lr = args.lr if args.lr is not None else LR[args.optimizer]
     if args.optimizer == "sgd":
-        return ng.optim.SGD([W], lr=0.05, momentum=0.9, accumulate_steps=k)
-    return ng.optim.Adam([W], lr=0.05, accumulate_steps=k)
+        return ng.optim.SGD([W], lr=lr, momentum=args.momentum, accumulate_steps=k)
+    return ng.optim.Adam([W], lr=lr, accumulate_steps=k)
 
 
 def initial_weights(args: argparse.Namespace, rank: int) -> np.ndarray:
@@ -82,6 +96,12 @@ def reference(args: argparse.Namespace, world: int) -> np.ndarray:
         loss.backward()
         opt.step()
     return W.numpy()
+
+
+def full_loss(args: argparse.Namespace, world: int, W: np.ndarray) -> float:
+    """The MSE of weights W over every window's examples."""
+    X, Y = make_data(args, world)
+    return float(np.mean((np.einsum("ij,wjn->win", W.astype(np.float64), X) - Y) ** 2))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,8 +140,8 @@ def main(argv: list[str] | None = None) -> None:
         if window == 0:   # compiles kernels: kept out of the timing
             first_reduce = opt.allreduce_seconds
         losses.append(comm.allreduce(total / args.k) / world)
-        if rank == 0 and not args.bench:
-            print(f"window {window}: mean loss {losses[-1]:.6f}", flush=True)
+        if rank == 0 and not args.bench and (window % 4 == 0 or window == args.windows - 1):
+            print(f"window {window:3d}: mean loss {losses[-1]:.6f}", flush=True)
 
     final = W.numpy()
     final_sums = comm.gather(float(final.sum()), root=0)
@@ -129,6 +149,10 @@ def main(argv: list[str] | None = None) -> None:
                          root=0)
     if rank != 0:
         return
+    if not args.bench:   # the whole data set's loss: at the start, at the end, and
+        # at the end of one process taking each window as one full batch
+        start_loss, end_loss, ref_loss = (full_loss(args, world, w) for w in (
+            initial_weights(args, 0), final, reference(args, world)))
     steady = max(t for t, _ in timing)        # the slowest rank sets the pace
     reduce_s = max(r for _, r in timing)
     result = {
@@ -138,10 +162,16 @@ def main(argv: list[str] | None = None) -> None:
         "initial_equal": len(set(start_sums)) == 1, "final_equal": len(set(final_sums)) == 1,
         "allreduce_share": reduce_s / steady if steady else None,
     }
+    if not args.bench:
+        result.update(initial_loss=start_loss, final_loss=end_loss, reference_final_loss=ref_loss)
     print(f"{world} ranks, {args.windows} windows of {world} x {args.k} micro-batches: "
           f"t={opt.t}, allreduce calls {opt.allreduce_calls}, ranks agree: "
           f"{result['final_equal']}")
-    if args.bench:
+    if not args.bench:
+        print(f"loss over all {args.windows} windows' examples: {start_loss:.4g} at the start, "
+              f"final loss {end_loss:.4g} ({start_loss / end_loss:.0f}x lower); single-process "
+              f"full-batch final loss {ref_loss:.4g}")
+    else:
         print(f"allreduce share of step time, {world} ranks, {args.d_out}x{args.d_in} "
               f"{args.dtype}, k={args.k}: {100 * result['allreduce_share']:.1f}% "
               f"({1e3 * reduce_s / max(1, opt.allreduce_calls - 1):.2f} ms per allreduce, "
