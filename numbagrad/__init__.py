@@ -9,6 +9,7 @@
     opt.step()          # True on every 4th call, when the update is applied
 """
 from . import cuda, nn, optim
+from .compile import compile
 from .kernels import cuda_available
 from .ops import (add, binary_cross_entropy_with_logits, cross_entropy, div, exp, leaky_relu,
                   linear, log, log_softmax, matmul, mean, mse_loss, mul, neg, pow, relu,
@@ -25,4 +26,4 @@ __all__ = ["Tensor", "tensor", "param", "as_tensor", "grad_tape", "backward",
            "exp", "log", "sqrt", "sum", "mean", "softmax", "log_softmax", "reshape",
            "transpose", "matmul", "linear", "mse_loss", "cross_entropy",
            "binary_cross_entropy_with_logits", "nn", "optim", "cuda", "cuda_available",
-           "gradcheck", "save", "load", "__version__"]
+           "gradcheck", "save", "load", "compile", "__version__"]

@@ -1,0 +1,365 @@
+"""ng.compile: a recorded training step replayed as one @njit function (CPU) or
+as back-to-back launches (CUDA), bit-identical to eager execution."""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import numbagrad as ng
+from numbagrad.compile import GraphChangedError
+from numbagrad.compile import compile as ng_compile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("ngcache"))
+
+
+def host(a):
+    return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+
+
+def same(a, b):
+    """Bit-identical host arrays (NaN never expected here)."""
+    a, b = host(a), host(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.all(a == b))
+
+
+def eager_step(fn, opt, *args):
+    with ng.grad_tape():
+        loss = fn(*args)
+    loss.backward()
+    if opt is not None:
+        opt.step()
+    return loss
+
+
+def check_twins(pa, pb, oa=None, ob=None):
+    for a, b in zip(pa, pb):
+        assert same(a.data, b.data)
+        assert (a.grad is None) == (b.grad is None)
+        if a.grad is not None:
+            assert same(a.grad, b.grad)
+    if oa is not None:
+        assert (oa.t, oa.pending_steps) == (ob.t, ob.pending_steps)
+
+
+# ------------------------------------------------------------ models
+def linear_case(dtype=np.float32, device="cpu", optimizer="adam", seed=0):
+    rng = np.random.default_rng(seed)
+    W = ng.param(rng.normal(size=(2, 3)).astype(dtype), device=device)
+    opt = {"adam": lambda: ng.optim.Adam([W], lr=0.05, accumulate_steps=4),
+           "sgd": lambda: ng.optim.SGD([W], lr=0.1, momentum=0.9, accumulate_steps=4),
+           None: lambda: None}[optimizer]()
+
+    def loss_fn(x, y):
+        return ng.mse_loss(W @ x, y)
+    return [W], opt, loss_fn
+
+
+def linear_batches(dtype=np.float32, device="cpu", n=5, batch=4, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(ng.tensor(rng.normal(size=(3, batch)).astype(dtype), device=device),
+             ng.tensor(rng.normal(size=(2, batch)).astype(dtype), device=device))
+            for _ in range(n)]
+
+
+def mlp_case(sizes=(64, 64, 10), device="cpu", optimizer=True, seed=0):
+    rng = np.random.default_rng(seed)
+    model = ng.nn.Sequential(
+        ng.nn.Linear(sizes[0], sizes[1], dtype=np.float32, device=device, rng=rng), ng.nn.ReLU(),
+        ng.nn.Linear(sizes[1], sizes[2], dtype=np.float32, device=device, rng=rng))
+    opt = (ng.optim.Adam(model.parameters(), lr=1e-2, accumulate_steps=4)
+           if optimizer else None)
+
+    def loss_fn(x, labels):
+        return ng.cross_entropy(model(x), labels)
+    return model.parameters(), opt, loss_fn
+
+
+def mlp_batches(sizes=(64, 64, 10), batch=32, device="cpu", n=3, label_dtype=np.int64):
+    rng = np.random.default_rng(7)
+    return [(ng.tensor(rng.normal(size=(batch, sizes[0])).astype(np.float32), device=device),
+             rng.integers(0, sizes[2], batch).astype(label_dtype)) for _ in range(n)]
+
+
+def run_twins(make, batches, cache, calls=14, counts=False):
+    """The same model twice: eager and compiled, compared with == after every call;
+    with ``counts``, each call's (launches, transfers) for eager and compiled."""
+    pa, oa, fa = make()
+    pb, ob, fb = make()
+    step = ng_compile(fb, optimizer=ob, cache_dir=cache)
+    launches = []
+
+    def counters():
+        return (ng.cuda.launch_count(), ng.cuda.transfer_count()) if counts else (0, 0)
+    for i in range(calls):
+        args = batches[i % len(batches)]
+        c0 = counters()
+        la = eager_step(fa, oa, *args)
+        c1 = counters()
+        lb = step(*args)
+        c2 = counters()
+        launches.append(((c1[0] - c0[0], c1[1] - c0[1]), (c2[0] - c1[0], c2[1] - c1[1])))
+        assert same(la.data, lb.data), f"loss differs on call {i}"
+        check_twins(pa, pb, oa, ob)
+    return step, launches
+
+
+# ------------------------------------------------------------ bit-identity, CPU
+@pytest.mark.parametrize("optimizer", ["adam", "sgd", None])
+def test_linear_is_bit_identical_to_eager(cache, optimizer):
+    step, _ = run_twins(lambda: linear_case(optimizer=optimizer), linear_batches(), cache)
+    assert [s["mode"] for s in step.stats] == ["njit"]
+
+
+def test_linear_float64_and_host_targets(cache):
+    # y as a host array: the op copies it each call, the compiled step reads it in place
+    rng = np.random.default_rng(3)
+    batches = [(ng.tensor(rng.normal(size=(3, 6))), rng.normal(size=(2, 6))) for _ in range(3)]
+    step, _ = run_twins(lambda: linear_case(np.float64), batches, cache, calls=9)
+    assert [s["mode"] for s in step.stats] == ["njit"]
+
+
+@pytest.mark.parametrize("optimizer", [True, False], ids=["adam", "no-optimizer"])
+def test_mlp_is_bit_identical_to_eager(cache, optimizer):
+    step, _ = run_twins(lambda: mlp_case(optimizer=optimizer), mlp_batches(), cache, calls=13)
+    assert [s["mode"] for s in step.stats] == ["njit"]
+
+
+def test_int32_labels_and_a_transposed_argument(cache):
+    step, _ = run_twins(lambda: mlp_case((5, 7, 3)),
+                        mlp_batches((5, 7, 3), batch=6, label_dtype=np.int32), cache, calls=6)
+    assert step.stats[-1]["mode"] == "njit"
+    rng = np.random.default_rng(4)
+    batches = [(ng.tensor(rng.normal(size=(4, 3)).astype(np.float32)).T,
+                ng.tensor(rng.normal(size=(2, 4)).astype(np.float32))) for _ in range(2)]
+    step, _ = run_twins(linear_case, batches, cache, calls=6)
+    assert step.stats[-1]["mode"] == "njit"
+
+
+def test_grad_clearing_and_kept_losses_match_eager(cache):
+    pa, _, fa = linear_case(optimizer=None)
+    pb, _, fb = linear_case(optimizer=None)
+    step = ng_compile(fb, cache_dir=cache)
+    kept_a, kept_b = [], []
+    for i, (x, y) in enumerate(linear_batches(n=6)):
+        kept_a.append(eager_step(fa, None, x, y))
+        kept_b.append(step(x, y))
+        if i == 2:
+            pa[0].grad = None
+            pb[0].grad = None
+        check_twins(pa, pb)
+    # losses the caller keeps are never overwritten by later calls
+    assert [a.item() for a in kept_a] == [b.item() for b in kept_b]
+    assert len({id(b) for b in kept_b}) == len(kept_b)
+    # ... and one it drops is refilled instead of made again (the step keeps it alive)
+    quiet = ng_compile(fb, verify=False, cache_dir=cache)
+    x, y = linear_batches(n=1)[0]
+    quiet(x, y)
+    first = quiet(x, y)
+    first_id, value = id(first), first.item()
+    second = quiet(x, y)
+    del first
+    third = quiet(x, y)
+    assert second.item() == value and third.item() == value
+    if ng.buffers.IDLE_REFS is not None:
+        assert id(third) == first_id and third is not second
+
+
+# ------------------------------------------------------------ signatures and state
+def test_new_signature_records_again_and_old_ones_stay(cache):
+    pa, oa, fa = linear_case()
+    pb, ob, fb = linear_case()
+    step = ng_compile(fb, optimizer=ob, cache_dir=cache)
+    narrow, wide = linear_batches(n=2, batch=4), linear_batches(n=2, batch=8, seed=2)
+    for args in narrow + wide + narrow + wide:
+        assert same(eager_step(fa, oa, *args).data, step(*args).data)
+        check_twins(pa, pb, oa, ob)
+    assert len(step.stats) == 2 and len(step.signatures) == 2
+    assert all(s["mode"] == "njit" for s in step.stats)
+
+
+def test_a_new_optimizer_over_the_params_records_again(cache):
+    pa, _, fa = linear_case(optimizer=None)
+    pb, _, fb = linear_case(optimizer=None)
+    step = ng_compile(fb, cache_dir=cache)
+    batches = linear_batches()
+    for args in batches[:3]:
+        eager_step(fa, None, *args)
+        step(*args)
+    oa = ng.optim.SGD(pa, lr=0.1, accumulate_steps=2)   # data and .grad move into its buffers
+    ob = ng.optim.SGD(pb, lr=0.1, accumulate_steps=2)
+    for args in batches:
+        assert same(eager_step(fa, oa, *args).data, step(*args).data)
+        ob.step()
+        check_twins(pa, pb, oa, ob)
+    assert len(step.stats) == 2                         # the step noticed and recorded again
+    step.optimizer = ob                                 # one call now steps it too
+    for args in batches:
+        assert same(eager_step(fa, oa, *args).data, step(*args).data)
+        check_twins(pa, pb, oa, ob)
+    assert len(step.stats) == 3
+
+
+# ------------------------------------------------------------ errors
+def test_a_wrong_shape_raises_eager_mode_error(cache):
+    _, opt, fn = linear_case()
+    step = ng_compile(fn, optimizer=opt, cache_dir=cache)
+    x, y = linear_batches(n=1)[0]
+    step(x, y)
+    bad = ng.tensor(np.ones((4, 4), np.float32))
+    with pytest.raises(ValueError) as eager_error:
+        eager_step(fn, None, bad, y)
+    with pytest.raises(ValueError, match=re.escape(str(eager_error.value))):
+        step(bad, y)
+    step(x, y)      # the recording machinery is restored after the error
+
+
+def test_an_out_of_range_label_raises_eager_mode_error(cache):
+    pa, _, fa = mlp_case((5, 7, 3), optimizer=False)
+    pb, _, fb = mlp_case((5, 7, 3), optimizer=False)
+    step = ng_compile(fb, cache_dir=cache)
+    x, labels = mlp_batches((5, 7, 3), batch=6, n=1)[0]
+    for _ in range(3):
+        eager_step(fa, None, x, labels)
+        step(x, labels)
+    bad = labels.copy()
+    bad[4] = 3
+    with pytest.raises(ValueError) as eager_error:
+        eager_step(fa, None, x, bad)
+    with pytest.raises(ValueError, match=re.escape(str(eager_error.value))):
+        step(x, bad)                       # a replayed call: checked before any kernel
+    check_twins(pa, pb)                    # nothing was written
+    assert len(step.stats) == 1
+
+
+def test_a_value_dependent_graph_is_detected(cache):
+    params, opt, _ = linear_case()
+    W = params[0]
+
+    def fn(x, y):
+        h = W @ x
+        if float(x.numpy().sum()) > 0:     # Python control flow on a value: not captured
+            h = ng.relu(h)
+        return ng.mse_loss(h, y)
+    step = ng_compile(fn, optimizer=opt, cache_dir=cache)
+    x, y = linear_batches(n=1)[0]
+    pos, neg = ng.tensor(np.abs(x.numpy())), ng.tensor(-np.abs(x.numpy()))
+    with pytest.warns(RuntimeWarning, match="copied a tensor to the host"):
+        step(pos, y)
+    with pytest.raises(GraphChangedError, match="different graph.*kernel call #1.*control flow"):
+        step(neg, y)
+
+
+def test_a_closure_flag_change_is_detected_on_a_checking_call(cache):
+    params, _, _ = linear_case(optimizer=None)
+    W = params[0]
+    flag = {"tanh": False}
+
+    def fn(x, y):
+        h = W @ x
+        return ng.mse_loss(ng.tanh(h) if flag["tanh"] else h, y)
+    step = ng_compile(fn, cache_dir=cache)
+    x, y = linear_batches(n=1)[0]
+    step(x, y)
+    step(x, y)          # call 2 checks: same graph
+    flag["tanh"] = True
+    step(x, y)          # call 3 replays the recorded graph (documented)
+    with pytest.raises(GraphChangedError, match="on call 4"):
+        step(x, y)      # call 4 checks again
+    unchecked = ng_compile(fn, verify=False, cache_dir=cache)
+    for _ in range(4):
+        unchecked(x, y)
+
+
+def test_fallbacks_replay_from_python_then_run_eagerly(cache, monkeypatch):
+    # what the generator cannot express is replayed kernel by kernel, else run eagerly
+    compile_module = sys.modules["numbagrad.compile"]
+
+    def refuse(*args, **kwargs):
+        raise compile_module._Unsupported("refused by the test")
+    monkeypatch.setattr(compile_module._Codegen, "kernel", refuse)
+    with pytest.warns(RuntimeWarning, match="replayed from Python"):
+        step, _ = run_twins(lambda: mlp_case((5, 7, 3)), mlp_batches((5, 7, 3), batch=6),
+                            cache, calls=6)
+    assert step.stats[-1]["mode"] == "replay"
+    monkeypatch.setattr(compile_module._ReplayEntry, "__init__", refuse)
+    with pytest.warns(RuntimeWarning, match="runs eagerly"):
+        step, _ = run_twins(linear_case, linear_batches(), cache, calls=6)
+    assert step.stats[-1]["mode"] == "eager"
+
+
+def test_fn_must_return_a_tensor(cache):
+    step = ng_compile(lambda x: 1.0, cache_dir=cache)
+    with pytest.raises(TypeError, match="must return the loss Tensor"):
+        step(ng.tensor(np.ones(3)))
+
+
+# ------------------------------------------------------------ CUDA (simulator)
+@pytest.mark.skipif(not ng.cuda_available(), reason="CUDA unusable here")
+def test_cuda_matches_eager_with_the_same_launches(cache):
+    # Each call's launches, eager then compiled: the same, replays included. Transfers
+    # too, once the first window has passed (the kernels make their scratch buffers,
+    # one host copy each, the first time any model needs them).
+    step, counts = run_twins(lambda: linear_case(device="cuda", optimizer="sgd"),
+                             linear_batches(device="cuda", n=3), cache, calls=9, counts=True)
+    assert step.stats[0]["mode"] == "replay"
+    assert [e[0] for e, _ in counts] == [c[0] for _, c in counts], counts
+    assert counts[4:] == [(e, e) for e, _ in counts[4:]], counts
+    assert counts[-1][0][0] > 0
+    step, counts = run_twins(lambda: mlp_case((4, 5, 3), device="cuda"),
+                             mlp_batches((4, 5, 3), batch=4, device="cuda", n=2), cache,
+                             calls=6, counts=True)
+    assert [e[0] for e, _ in counts] == [c[0] for _, c in counts], counts
+    assert counts[4:] == [(e, e) for e, _ in counts[4:]], counts
+    assert counts[-1][1][1] == 1          # the labels' upload, as eager
+
+
+# ------------------------------------------------------------ the cache folder
+CACHE_RUN = textwrap.dedent("""
+    import json, time
+    import numpy as np
+    import numbagrad as ng
+    from numbagrad.compile import compile
+    rng = np.random.default_rng(0)
+    model = ng.nn.Sequential(ng.nn.Linear(8, 6, dtype=np.float32, rng=rng), ng.nn.ReLU(),
+                             ng.nn.Linear(6, 3, dtype=np.float32, rng=rng))
+    opt = ng.optim.Adam(model.parameters(), lr=1e-2, accumulate_steps=2)
+    step = compile(lambda x, labels: ng.cross_entropy(model(x), labels), optimizer=opt)
+    x = ng.tensor(rng.normal(size=(4, 8)).astype(np.float32))
+    labels = rng.integers(0, 3, 4)
+    t = time.perf_counter()
+    step(x, labels)
+    first = time.perf_counter() - t
+    losses = [step(x, labels).item() for _ in range(3)]
+    print(json.dumps(dict(step.stats[-1], first_call_s=first, losses=losses)))
+""")
+
+
+def test_generated_code_is_cached_across_processes(tmp_path):
+    env = dict(os.environ, NUMBAGRAD_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    env.pop("NUMBA_CACHE_DIR", None)
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", CACHE_RUN], env=env, capture_output=True,
+                              text=True, timeout=240, check=False)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    print(f"\nnew signature, fresh process: cold cache jit {cold['jit_s']:.3f} s "
+          f"(first call {cold['first_call_s']:.3f} s), warm cache jit {warm['jit_s']:.3f} s "
+          f"(first call {warm['first_call_s']:.3f} s)")
+    assert (cold["cache"], warm["cache"]) == ("miss", "hit")
+    assert cold["module"] == warm["module"] and cold["losses"] == warm["losses"]
+    folder = os.path.join(str(tmp_path), "compiled")
+    names = os.listdir(folder)
+    assert any(n.endswith(".py") for n in names)
+    assert any(n.endswith(".nbi") for n in os.listdir(os.path.join(folder, "__pycache__")))
