@@ -18,13 +18,36 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from types import ModuleType
 
 import numpy as np
 
 _MAX_PER_KEY = 8
-_free: dict[tuple, list] = {}
-_lock = threading.Lock()
+_lock = threading.Lock()     # taken by retire and clear only
+
+
+class _Free(dict):
+    """One thread's pools: (shape, dtype, kernel module) -> arrays; compared
+    and hashed by identity, so a WeakSet can hold every thread's."""
+    __slots__ = ("__weakref__",)
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
+class _Pools(threading.local):
+    """Each thread has its own pools. Only the owning thread takes from (and
+    appends to) them, so ``take`` needs no lock: two threads can never be
+    handed the same idle array. A finished thread's pools are dropped."""
+
+    def __init__(self) -> None:
+        self.free = _Free()
+        with _lock:
+            _all.add(self.free)
+
+
+_all: weakref.WeakSet = weakref.WeakSet()   # every live thread's pools
+_local = _Pools()
 
 
 def _scan(pool: list, idle: int, refs=sys.getrefcount):
@@ -68,30 +91,33 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
     if IDLE_REFS is None:
         return kern.empty(shape, dtype)
     key = (shape, dtype, kern)
-    with _lock:
-        pool = _free.get(key)
-        if pool is None:
-            pool = _free[key] = []
-        array = _scan(pool, IDLE_REFS)
-        if array is None:
-            array = kern.empty(shape, dtype)
-            if len(pool) < _MAX_PER_KEY:
-                pool.append(array)
-        return array
+    free = _local.free
+    pool = free.get(key)
+    if pool is None:
+        pool = free[key] = []
+    array = _scan(pool, IDLE_REFS)
+    if array is None:
+        array = kern.empty(shape, dtype)
+        if len(pool) < _MAX_PER_KEY:
+            pool.append(array)
+    return array
 
 
 def retire(kern: ModuleType, array: object) -> None:
     """Never hand ``array`` out again (it, or a view of it, left numbagrad)."""
+    key = (array.shape, array.dtype, kern)
     with _lock:
-        pool = _free.get((array.shape, array.dtype, kern))
-        if pool is not None:
-            for i, held in enumerate(pool):
-                if held is array:
-                    del pool[i]
-                    return
+        for free in list(_all):
+            pool = free.get(key)
+            if pool is not None:
+                for i, held in enumerate(pool):
+                    if held is array:
+                        del pool[i]
+                        return
 
 
 def clear() -> None:
     """Forget every pooled buffer (arrays still in use stay valid)."""
     with _lock:
-        _free.clear()
+        for free in list(_all):
+            free.clear()

@@ -34,7 +34,7 @@ def test_no_pool_switch_makes_every_take_fresh():
         a = buffers.take(cpu, (2, 2), np.dtype(np.float64))
         del a
         b = buffers.take(cpu, (2, 2), np.dtype(np.float64))
-        assert buffers._free == {}
+        assert buffers._local.free == {}
         print("ok")
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -33,19 +33,32 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     The target never receives a gradient. One fused kernel computes the
     loss and, for the backward pass, the residual gradient.
     """
-    check_reduction("mse_loss", reduction)
+    if reduction != "mean" and reduction != "sum":
+        check_reduction("mse_loss", reduction)
+    # The common case (a contiguous pred, and a target of the same device,
+    # dtype and shape, or a matching host array on the CPU) skips `pair`.
+    if type(pred) is Tensor:
+        pd, kern = pred._data, pred._kern
+        td = target._data if type(target) is Tensor and target._kern is kern else \
+            (target if kern.name == "cpu" and type(target) is np.ndarray else None)
+        if td is not None and td.dtype == pd.dtype and td.shape == pd.shape \
+                and type(pd.shape) is tuple and pd.size and kern.is_c_contiguous(pd) \
+                and kern.is_c_contiguous(td):
+            return _mse(pred, pd, td, kern, reduction)
     pred, target = pair(pred, target, "mse_loss", ("pred", "target"))
     pd, td = pred._data, target._data
     if pd.shape != td.shape:
         raise ValueError(f"mse_loss: pred shape {pd.shape} and target shape "
                          f"{td.shape} differ")
-    n = pd.size
-    if n == 0:
+    if pd.size == 0:
         raise ValueError("mse_loss: pred and target are empty")
-    kern = pred._kern
+    return _mse(pred, contiguous(pred), contiguous(target), pred._kern, reduction)
+
+
+def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
     loss = buffers.take(kern, (), pd.dtype)
     resid = buffers.take(kern, pd.shape, pd.dtype)
-    kern.mse(contiguous(pred), contiguous(target), loss, resid, 1.0 if reduction == "sum" else 1.0 / n)
+    kern.mse(pd, td, loss, resid, 1.0 if reduction == "sum" else 1.0 / pd.size)
     return result(loss, kern, (pred,), _loss_backward, (resid,))
 
 

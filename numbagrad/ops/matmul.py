@@ -30,6 +30,21 @@ def _as_matrix(array: Any, shape2: tuple) -> Any:
 # ------------------------------------------------------------------ matmul
 def matmul(a: Any, b: Any) -> Tensor:
     """``a @ b`` for 1-D and 2-D operands, with NumPy's shape rules."""
+    # The common case, two C-contiguous matrices of one device and dtype,
+    # skips the general checks.
+    if type(a) is Tensor and type(b) is Tensor:
+        ad, bd, kern = a._data, b._data, a._kern
+        sa, sb = ad.shape, bd.shape
+        if b._kern is kern and ad.dtype == bd.dtype and type(sa) is tuple and len(sa) == 2 \
+                and len(sb) == 2 and sa[1] == sb[0] and kern.is_c_contiguous(ad) \
+                and kern.is_c_contiguous(bd):
+            out = buffers.take(kern, (sa[0], sb[1]), ad.dtype)
+            kern.gemm(ad, bd, out, False, False, 1.0, 0.0)
+            return result(out, kern, (a, b), _matmul_backward, (ad, False, bd, False, None))
+    return _matmul_checked(a, b)
+
+
+def _matmul_checked(a: Any, b: Any) -> Tensor:
     a, b = pair(a, b, "matmul")
     sa, sb = a._data.shape, b._data.shape
     if len(sa) == 2 and len(sb) == 2:
