@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import cuda, float64, int32, int64, uint8
 
-from ._core import MAX_BLOCKS, THREADS, Config, array_type, from_host, grid, kernel, launch
+from ._core import THREADS, Config, array_type, block_total, grid, kernel, launch, sums
 
 
 # The optimizer kernels walk the params (segments) in order, each with its
@@ -84,11 +84,8 @@ def _sumsq_source(config: Config, dtype):
     threads = config.threads
 
     def sumsq_kernel(x, out, partial, counter):
-        # Grid-stride sums in float64, a shared-memory tree per block, then
-        # the last block to finish adds the block partials: one launch, no
-        # pre-zeroed output, deterministic for a fixed grid.
+        # Grid-stride sums in float64, then one block reduction.
         cache = cuda.shared.array(threads, float64)
-        tid = cuda.threadIdx.x
         total = 0.0
         i = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -96,24 +93,9 @@ def _sumsq_source(config: Config, dtype):
             xi = float64(x[i])
             total += xi * xi
             i += stride
-        cache[tid] = total
-        cuda.syncthreads()
-        half = threads // 2
-        while half > 0:
-            if tid < half:
-                cache[tid] += cache[tid + half]
-            cuda.syncthreads()
-            half //= 2
-        if tid == 0:
-            partial[cuda.blockIdx.x] = cache[0]
-            cuda.threadfence()
-            ticket = cuda.atomic.add(counter, 0, 1)
-            if ticket == cuda.gridDim.x - 1:
-                grand = 0.0
-                for blk in range(cuda.gridDim.x):
-                    grand += cuda.atomic.add(partial, blk, 0.0)   # a coherent read
-                out[0] = grand
-                counter[0] = 0
+        last, grand = block_total(cache, total, partial, counter)
+        if last:
+            out[0] = grand
 
     return sumsq_kernel
 
@@ -137,12 +119,6 @@ def adam_update(w, g, m, v, seg, live, steps_in, steps_out,
            dt(1.0 - lr * weight_decay))
 
 
-_sumsq_scratch: list = []   # [block partials, finished-blocks counter], made once
-
-
 def sumsq(x, out) -> None:
     """``out[0] = sum(x**2)`` in float64; see ``kernels.cpu.sumsq``."""
-    if not _sumsq_scratch:
-        _sumsq_scratch[:] = [cuda.device_array(MAX_BLOCKS, np.float64),
-                             from_host(np.zeros(1, np.int32))]
-    launch("sumsq", x.dtype, grid(x.size), THREADS, x, out, *_sumsq_scratch)
+    launch("sumsq", x.dtype, grid(x.size), THREADS, x, out, *sums())
