@@ -55,7 +55,9 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
 from . import buffers, tape
+from . import tensor as tensor_module
 from .kernels.cpu.losses import first_bad_label
+from .ops import losses as losses_module
 from .tensor import Tensor
 
 __all__ = ["CompiledStep", "GraphChangedError", "compile"]
@@ -277,6 +279,10 @@ class _Recording:
         self.temps: list[Any] = []       # what buffers.take handed out (fresh arrays)
         self.fresh: list[Any] = []       # other arrays made by kern.empty (accumulators)
         self.host_reads = 0              # kern.to_host calls: fn read a value
+        # Host copies that ops made of their operands (coerce, labels): id of
+        # the copy -> (copy, the object it was made from). An argument's copy
+        # is re-made from the new argument at replay; any other is a constant.
+        self.copies: dict[int, tuple[Any, Any]] = {}
 
 
 @contextlib.contextmanager
@@ -310,6 +316,14 @@ def _recording():
             return fn(array)
         return recorded
 
+    def host_copy(fn: Callable) -> Callable:
+        def recorded(source, *args, **kwargs):
+            array = fn(source, *args, **kwargs)
+            if get_ident() == tid:
+                rec.copies[id(array)] = (array, source)
+            return array
+        return recorded
+
     take = buffers.take
 
     def fresh_take(kern, shape, dtype):
@@ -334,18 +348,35 @@ def _recording():
                         wrapper.__wrapped_empty__ = value
                     elif name == "to_host":
                         wrapper = to_host(value)
+                    elif name == "from_host":
+                        wrapper = host_copy(value)
                     elif name in _NOT_KERNELS:
                         continue
                     else:
                         wrapper = kernel(name, value)
                     patched.append((module, name, value))
                     setattr(module, name, wrapper)
+            for module, name in ((tensor_module, "_host_array"), (losses_module, "_as_int64")):
+                patched.append((module, name, getattr(module, name)))
+                setattr(module, name, host_copy(getattr(module, name)))
             buffers.take = fresh_take
             yield rec
         finally:
             buffers.take = take
             for module, name, value in reversed(patched):
                 setattr(module, name, value)
+
+
+def _copied_from(rec: _Recording, array: Any) -> Any:
+    """The object ``array`` was copied from through a chain of recorded host
+    copies (``ng.tensor(x)`` copies x, then copies that to the device), or
+    None when it is no such copy."""
+    source = None
+    entry = rec.copies.get(id(array))
+    while entry is not None and entry[0] is array:
+        source = array = entry[1]
+        entry = rec.copies.get(id(array))
+    return source
 
 
 def _reached_params(loss: Tensor) -> list[Tensor]:
@@ -438,7 +469,6 @@ def _analyze(rec: _Recording, args: tuple, loss: Tensor, params: list[Tensor],
             inputs.append((i, data, lo, hi))
     temps = [(t, *_extent(t)) for t in rec.temps]
     temp_ids = {id(t): k for k, t in enumerate(rec.temps)}
-    fresh_ids = {id(t) for t in rec.fresh}
     fixed_ids: dict[int, int] = {}
     numpy_args = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
 
@@ -462,10 +492,10 @@ def _analyze(rec: _Recording, args: tuple, loss: Tensor, params: list[Tensor],
                 if rlo <= lo and hi <= rhi and a.dtype == t.dtype:
                     return _Ref("tmp", k, at - _address(t), shape, strides, a.dtype, layout)
             root = a
-        if isinstance(root, np.ndarray) and root.base is None and id(root) not in fresh_ids:
+        source = _copied_from(rec, root)
+        if source is not None and isinstance(root, np.ndarray):
             for i, arg in numpy_args:     # a host copy of an argument (coerce, labels)
-                if arg.shape == root.shape and np.array_equal(
-                        root, np.asarray(arg).astype(root.dtype, copy=False), equal_nan=True):
+                if source is arg and arg.shape == root.shape:
                     key = (i, root.dtype)
                     if key not in prog.derived:
                         prog.derived.append(key)

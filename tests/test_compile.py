@@ -363,3 +363,22 @@ def test_generated_code_is_cached_across_processes(tmp_path):
     names = os.listdir(folder)
     assert any(n.endswith(".py") for n in names)
     assert any(n.endswith(".nbi") for n in os.listdir(os.path.join(folder, "__pycache__")))
+
+
+def test_a_constant_that_equals_the_first_argument_stays_a_constant():
+    # Found in review: host copies were matched to arguments by value, so a
+    # constant made inside fn that happened to equal the first batch was
+    # re-made from every later batch. Copies are now traced by where they
+    # came from: ng.tensor(x) of an argument follows the argument, ng.tensor
+    # of anything else is a constant.
+    w = ng.param(np.ones(3))
+    const = np.zeros(3)
+
+    def fn(x):
+        c = ng.tensor(const)
+        return ng.sum(w * ng.tensor(x) + c * 0.0 + c)
+
+    step = ng.compile(fn, verify=False)
+    step(np.zeros(3))
+    assert step(np.array([1.0, 2.0, 3.0])).item() == 6.0
+    assert step(np.array([2.0, 2.0, 3.0])).item() == 7.0

@@ -79,6 +79,12 @@ CASES += [
     ("T.reshape", [(3, 4)], lambda x: x.T.reshape(12), lambda x: x.T.reshape(12)),
     ("matmul", [(3, 4), (4, 2)], ng.matmul, torch.matmul),
     ("matmul_vec", [(3, 4), (4,)], ng.matmul, torch.matmul),
+    # A vector against a transposed matrix: the GEMM must read the matrix
+    # through its transpose flag (found in review), square and not.
+    ("vec@T", [(3,), (4, 3)], lambda a, b: a @ b.T, lambda a, b: a @ b.T),
+    ("T@vec", [(3, 4), (3,)], lambda a, b: a.T @ b, lambda a, b: a.T @ b),
+    ("vec@T_square", [(3,), (3, 3)], lambda a, b: a @ b.T, lambda a, b: a @ b.T),
+    ("T_square@vec", [(3, 3), (3,)], lambda a, b: a.T @ b, lambda a, b: a.T @ b),
     ("linear", [(5, 3), (4, 3), (4,)], ng.linear, F.linear),
     ("linear_nobias", [(5, 3), (4, 3)], ng.linear, F.linear),
     ("linear_vector", [(3,), (4, 3), (4,)], ng.linear, F.linear),

@@ -57,9 +57,23 @@ def as2d(shape: tuple) -> tuple:
     return shape if n == 2 else ((1, shape[0]) if n == 1 else (1, 1))
 
 
+def reshaped(array: Any, shape: tuple) -> Any:
+    """``array.reshape(shape)`` as a view that keeps ``array`` referenced.
+
+    A NumPy view references its base; a Numba device array's view does not,
+    and the buffer pool decides that an array is free from its references,
+    so a pooled array seen only through such a view could be handed out
+    again while the view is still being read.
+    """
+    view = array.reshape(shape)
+    if type(view) is not np.ndarray:
+        view._numbagrad_base = array
+    return view
+
+
 def view2d(array: Any) -> Any:
     shape = array.shape
-    return array if len(shape) == 2 else array.reshape(as2d(shape))
+    return array if len(shape) == 2 else reshaped(array, as2d(shape))
 
 
 def broadcast_shape(sa: tuple, sb: tuple, op: str) -> tuple:

@@ -13,7 +13,7 @@ from .. import buffers
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (as2d, broadcast_shape, is_scalar, ones, operand, pair, result,
+from ._common import (as2d, broadcast_shape, is_scalar, ones, operand, pair, reshaped, result,
                       scalar_of, view2d)
 
 
@@ -123,18 +123,21 @@ def _binary_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     code, shape = node.saved
     kern = a._kern
     a2, b2 = view2d(a._data), view2d(b._data)
-    g2 = view2d(gout if gout is not None else ones(kern, shape, a._data.dtype))
+    # g keeps the pooled seed referenced while only its view is used (see
+    # _matmul_backward): otherwise the pool could hand it out as a destination.
+    g = gout if gout is not None else ones(kern, shape, a._data.dtype)
+    g2 = view2d(g)
     if a is b:   # x op x: both gradients land in one array, so one at a time
         for first in (True, False):
             dest, beta = ctx.dest(a)
-            d2 = dest.reshape(as2d(a.shape))
+            d2 = reshaped(dest, as2d(a.shape))
             kern.binary_backward(code, a2, b2, g2, d2, beta, first, d2, beta, not first)
         return
     da, beta_a = ctx.dest(a) if a.requires_grad else (None, 0.0)
     db, beta_b = ctx.dest(b) if b.requires_grad else (None, 0.0)
     # An operand that needs no gradient passes its own data, never written.
-    kern.binary_backward(code, a2, b2, g2, a2 if da is None else da.reshape(a2.shape), beta_a,
-                         da is not None, b2 if db is None else db.reshape(b2.shape), beta_b,
+    kern.binary_backward(code, a2, b2, g2, a2 if da is None else reshaped(da, a2.shape), beta_a,
+                         da is not None, b2 if db is None else reshaped(db, b2.shape), beta_b,
                          db is not None)
 
 

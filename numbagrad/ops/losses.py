@@ -128,8 +128,13 @@ def _labels(kern: Any, target: Any, n: int, classes: int) -> Any:
         raise ValueError(f"{op}: target[{bad}] is class {host[bad]}, outside [0, {classes}) "
                          f"for logits of shape ({n}, {classes})")
     if kern.name == "cpu":
-        return host if host.dtype == np.int64 and host.flags.c_contiguous \
-            else np.ascontiguousarray(host, np.int64)
+        return host if host.dtype == np.int64 and host.flags.c_contiguous else _as_int64(host)
     labels = buffers.take(kern, (n,), np.int64)
-    kern.upload(host.astype(np.int64, copy=False), labels)
+    kern.upload(host if host.dtype == np.int64 else _as_int64(host), labels)
     return labels
+
+
+def _as_int64(host: np.ndarray) -> np.ndarray:
+    """A C-contiguous int64 copy of host labels (``ng.compile`` records
+    which argument such a copy came from)."""
+    return np.ascontiguousarray(host, np.int64)

@@ -10,7 +10,7 @@ from typing import Any
 from .. import buffers
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import contiguous, describe, ones, pair, result
+from ._common import contiguous, describe, ones, pair, reshaped, result
 
 
 def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
@@ -24,7 +24,9 @@ def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
 
 
 def _as_matrix(array: Any, shape2: tuple) -> Any:
-    return array if array.shape == shape2 else array.reshape(shape2)
+    """A vector (or 0-d) array as the matrix ``shape2``; a matrix (maybe the
+    base of a transposed operand, read through its flag) as it is."""
+    return array if len(array.shape) == 2 else reshaped(array, shape2)
 
 
 # ------------------------------------------------------------------ matmul
@@ -66,7 +68,7 @@ def _matmul_checked(a: Any, b: Any) -> Tensor:
         shapes = None
     else:   # a vector operand: gemm sees it as a one-row or one-column matrix
         kern.gemm(_as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
-                  False, False, 1.0, 0.0)
+                  ta, tb, 1.0, 0.0)
         shapes = (a2, b2)
     return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
 
@@ -79,22 +81,24 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern = a._kern
     if shapes is not None:
         a2, b2 = shapes
-        ad, bd = _as_matrix(ad, a2), _as_matrix(bd, b2)
+        am, bm = _as_matrix(ad, a2), _as_matrix(bd, b2)
         o2 = (a2[0], b2[1])
     else:
         a2 = b2 = None
+        am, bm = ad, bd
         o2 = (ad.shape[1] if ta else ad.shape[0], bd.shape[0] if tb else bd.shape[1])
-    if gout is None:
-        gout = ones(kern, o2, ad.dtype)
-    elif shapes is not None:
-        gout = _as_matrix(gout, o2)
+    # g holds the pooled gradient itself while its matrix view is in use: a
+    # view of a device array does not reference its parent, so the pool
+    # would see g idle and could hand it out as a destination below.
+    g = ones(kern, o2, ad.dtype) if gout is None else gout
+    g2 = _as_matrix(g, o2)
     if a.requires_grad:   # dA = G @ op(B)^T
         dest, beta = ctx.dest(a)
-        kern.gemm(gout, bd, dest if a2 is None else _as_matrix(dest, a2), False, not tb,
+        kern.gemm(g2, bm, dest if a2 is None else _as_matrix(dest, a2), False, not tb,
                   1.0, beta)
     if b.requires_grad:   # dB = op(A)^T @ G
         dest, beta = ctx.dest(b)
-        kern.gemm(ad, gout, dest if b2 is None else _as_matrix(dest, b2), not ta, False,
+        kern.gemm(am, g2, dest if b2 is None else _as_matrix(dest, b2), not ta, False,
                   1.0, beta)
 
 
@@ -134,7 +138,7 @@ def _linear_checked(x: Any, weight: Any, bias: Any) -> Tensor:
             raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
                              f"{describe(weight)}; expected shape ({weight.shape[0]},)")
     xd, wd = contiguous(x), contiguous(weight)
-    x2 = xd if x.ndim == 2 else xd.reshape(1, features)
+    x2 = xd if x.ndim == 2 else reshaped(xd, (1, features))
     out_shape = (x.shape[0], weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
     return _linear(x, weight, bias, xd, wd, x._kern, x2, out_shape)
 
@@ -142,7 +146,7 @@ def _linear_checked(x: Any, weight: Any, bias: Any) -> Tensor:
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, kern: Any,
             x2: Any, out_shape: tuple) -> Tensor:
     out = buffers.take(kern, out_shape, xd.dtype)
-    out2 = out if len(out_shape) == 2 else out.reshape(1, out_shape[0])
+    out2 = out if len(out_shape) == 2 else reshaped(out, (1, out_shape[0]))
     if bias is None:
         kern.linear(x2, wd, wd[0], out2, False)
         inputs = (x, weight)
@@ -156,14 +160,14 @@ def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     x, weight = node.inputs[:2]
     x2, wd, o2 = node.saved
     kern = x._kern
-    g2 = ones(kern, o2, wd.dtype) if gout is None else gout.reshape(o2)
+    g2 = ones(kern, o2, wd.dtype) if gout is None else reshaped(gout, o2)
     if weight.requires_grad:   # dW = G^T @ x
         dest, beta = ctx.dest(weight)
         kern.gemm(g2, x2, dest, True, False, 1.0, beta)
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums of G
         bias = node.inputs[2]
         dest, beta = ctx.dest(bias)
-        kern.sum_to(g2, dest.reshape(1, -1), 1.0, beta)
+        kern.sum_to(g2, reshaped(dest, (1, dest.size)), 1.0, beta)
     if x.requires_grad:   # dx = G @ W
         dest, beta = ctx.dest(x)
-        kern.gemm(g2, wd, dest.reshape(x2.shape), False, False, 1.0, beta)
+        kern.gemm(g2, wd, reshaped(dest, x2.shape), False, False, 1.0, beta)

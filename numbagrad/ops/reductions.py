@@ -7,7 +7,7 @@ from .. import buffers
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import as2d, describe, ones, operand, result, scalar_of, view2d
+from ._common import as2d, describe, ones, operand, reshaped, result, scalar_of, view2d
 
 
 def _axis(x: Tensor, axis: Any, op: str) -> int | None:
@@ -50,7 +50,7 @@ def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     scale = 1.0 / count if mean else 1.0
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
-    kern.sum_to(view2d(x._data), out.reshape(out2), scalar_of(dtype, scale),
+    kern.sum_to(view2d(x._data), reshaped(out, out2), scalar_of(dtype, scale),
                 scalar_of(dtype, 0.0))
     return result(out, kern, (x,), _reduce_backward, (out2, scale))
 
@@ -59,7 +59,7 @@ def _reduce_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
     out2, scale = node.saved
     kern, dtype = x._kern, x._data.dtype
-    g2 = ones(kern, out2, dtype) if gout is None else gout.reshape(out2)
+    g2 = ones(kern, out2, dtype) if gout is None else reshaped(gout, out2)
     dest, beta = ctx.dest(x)
     kern.unary(codes.IDENT, g2, view2d(dest), scalar_of(dtype, 0.0), scalar_of(dtype, scale),
                scalar_of(dtype, beta))

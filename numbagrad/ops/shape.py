@@ -8,7 +8,7 @@ import numpy as np
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import contiguous, describe, ones, operand, result, scalar_of
+from ._common import contiguous, describe, ones, operand, reshaped, result, scalar_of
 
 
 def transpose(x: Any) -> Tensor:
@@ -47,7 +47,7 @@ def reshape(x: Any, *shape: Any) -> Tensor:
         raise ValueError(f"reshape: tensors have at most 2 dims, got shape {new}")
     data = contiguous(x)
     pool = x._pool if data is x._data else data
-    return result(data.reshape(new), x._kern, (x,), _reshape_backward, (), pool=pool)
+    return result(reshaped(data, new), x._kern, (x,), _reshape_backward, (), pool=pool)
 
 
 def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -56,5 +56,5 @@ def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     dest, beta = ctx.dest(x)
     if gout is None:
         gout = ones(kern, x.shape, x._data.dtype)
-    kern.axpby(1.0, gout.reshape(dest.shape), beta, dest)
+    kern.axpby(1.0, reshaped(gout, dest.shape), beta, dest)
 
