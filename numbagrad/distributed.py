@@ -164,6 +164,9 @@ class DistributedOptimizer:
                 kern = self._opt._window.groups[index].kern
                 if count is not None:
                     kern.upload(encode_count(count), flat[n:n + TAIL])
+                # Launches are asynchronous and MPI reads device memory
+                # directly: the gradient kernels must have finished first.
+                kern.synchronize()
                 self._comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
                 if count is not None:
                     total = decode_count(kern.to_host(flat[n:n + TAIL]))

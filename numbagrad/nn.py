@@ -102,9 +102,12 @@ class Module:
     def to(self, device: str) -> Module:
         """Move every param to ``device`` in place (new params; an optimizer
         built before must be built again). Returns the module."""
+        moved: dict[int, Tensor] = {}   # a param shared by two modules stays shared
         for module in self._walk():
             for name, p in list(module._params.items()):
-                setattr(module, name, p.to(device))
+                if id(p) not in moved:
+                    moved[id(p)] = p.to(device)
+                setattr(module, name, moved[id(p)])
         return self
 
     def _walk(self) -> Iterator[Module]:

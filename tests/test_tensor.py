@@ -110,7 +110,7 @@ def test_a_steady_state_micro_step_allocates_no_parameter_sized_array():
         loss.backward()
         opt.step()
 
-    for _ in range(4):
+    for _ in range(20):   # past every first-call cache (kernels, pools, dispatch timings)
         micro_step()
     tracemalloc.start()
     try:
@@ -121,7 +121,10 @@ def test_a_steady_state_micro_step_allocates_no_parameter_sized_array():
         current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    assert current - start < 4 * 1024
+    if buffers.IDLE_REFS is None:   # NUMBAGRAD_NO_POOL=1: the check must see allocations
+        assert peak - start >= 128 * 1024
+        return
     # The pred and residual buffers (128 KiB each) and W's gradient (512 KiB)
     # all come from reused memory: what is allocated at all is small change.
     assert peak - start < 16 * 1024, f"peak grew by {peak - start} bytes"
-    assert current - start < 4 * 1024

@@ -44,5 +44,9 @@ def is_device_array(obj) -> bool:
     return isinstance(obj, np.ndarray)
 
 
+def synchronize() -> None:
+    """Nothing to wait for: CPU kernels finish before they return."""
+
+
 def is_c_contiguous(array) -> bool:
     return array.flags.c_contiguous

@@ -245,7 +245,7 @@ def sum_to(x, out, scale, beta):
         return
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            total = x[0, 0] * 0
+            total = 0.0   # float64, as the CUDA block reduction adds
             for r in range(0 if b0 else i, rows if b0 else i + 1):
                 for c in range(0 if b1 else j, cols if b1 else j + 1):
                     total += x[r, c]

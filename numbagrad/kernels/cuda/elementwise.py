@@ -190,7 +190,7 @@ def _sum_to_source(config: Config, dtype):
                     acc += scale * x[r, j]
                 out[0, j] = acc
             else:
-                total = x[0, 0] * 0
+                total = 0.0   # float64, as the CPU kernel and sum_all add
                 for r in range(0 if b0 else i, rows if b0 else i + 1):
                     for c in range(0 if b1 else j, cols if b1 else j + 1):
                         total += x[r, c]
