@@ -1043,8 +1043,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def limit_threads(n: int) -> None:
     """Every peer's thread pools to n threads (before JAX is imported)."""
     if n == 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
-                                   "false intra_op_parallelism_threads=1").strip()
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_cpu_multi_thread_eigen=false"
+                                   " intra_op_parallelism_threads=1").strip()
     if torch is not None:
         torch.set_num_threads(n)
     try:

@@ -259,7 +259,8 @@ def test_device_mismatch_is_named():
     if not ng.cuda_available():
         pytest.skip("CUDA unusable here")
     with pytest.raises(ValueError, match=r"sub: operands are on different devices: first "
-                                         r"operand on cpu \(shape \(2,\)\), second operand on cuda"):
+                                         r"operand on cpu \(shape \(2,\)\), second operand "
+                                         r"on cuda"):
         ng.tensor(np.ones(2)) - ng.tensor(np.ones(2), device="cuda")
     with pytest.raises(ValueError, match="host but the op runs on cuda"):
         ng.tensor(np.ones(2), device="cuda") + np.ones(2)

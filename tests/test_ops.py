@@ -32,9 +32,12 @@ UNARY = [("relu", ng.relu, torch.relu),
          ("pow0", lambda x: x ** 0, lambda x: x ** 0),
          ("method_relu", lambda x: x.relu(), lambda x: x.relu()),
          ("method_sigmoid", lambda x: x.sigmoid(), lambda x: x.sigmoid())]
-SCALARS = [("x+s", lambda x: x + 1.5, lambda x: x + 1.5), ("s+x", lambda x: 1.5 + x, lambda x: 1.5 + x),
-           ("x-s", lambda x: x - 1.5, lambda x: x - 1.5), ("s-x", lambda x: 1.5 - x, lambda x: 1.5 - x),
-           ("x*s", lambda x: x * 2.5, lambda x: x * 2.5), ("s*x", lambda x: 2.5 * x, lambda x: 2.5 * x),
+SCALARS = [("x+s", lambda x: x + 1.5, lambda x: x + 1.5),
+           ("s+x", lambda x: 1.5 + x, lambda x: 1.5 + x),
+           ("x-s", lambda x: x - 1.5, lambda x: x - 1.5),
+           ("s-x", lambda x: 1.5 - x, lambda x: 1.5 - x),
+           ("x*s", lambda x: x * 2.5, lambda x: x * 2.5),
+           ("s*x", lambda x: 2.5 * x, lambda x: 2.5 * x),
            ("x/s", lambda x: x / 3.0, lambda x: x / 3.0),
            ("s/x", lambda x: 3.0 / (x * x + 1.0), lambda x: 3.0 / (x * x + 1.0))]
 
@@ -107,7 +110,8 @@ CASES += [
      lambda a, b: ng.mse_loss(a, b.data) + 0.01 * (a * a).sum(),
      lambda a, b: F.mse_loss(a, b.detach()) + 0.01 * (a * a).sum()),
     ("loss_times_loss", [(3, 4)],
-     lambda x: ng.cross_entropy(x, LABELS) * ng.binary_cross_entropy_with_logits(x, like(x, TARGET_P)),
+     lambda x: ng.cross_entropy(x, LABELS)
+     * ng.binary_cross_entropy_with_logits(x, like(x, TARGET_P)),
      lambda x: F.cross_entropy(x, torch.tensor(LABELS))
      * F.binary_cross_entropy_with_logits(x, torch.tensor(TARGET_P))),
 ]

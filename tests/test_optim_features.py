@@ -379,7 +379,8 @@ def test_threaded_cpu_kernels_give_the_serial_bits(dt):
         "sgd": lambda k, a: k(a[0], a[1], a[2], seg, live, f(0.1), f(0.9), f(0.5), f(0.01))}
     for name, run in args.items():
         results = []
-        for kern in (getattr(cpu_optim, f"_{name}_serial"), getattr(cpu_optim, f"_{name}_parallel")):
+        for kern in (getattr(cpu_optim, f"_{name}_serial"),
+                     getattr(cpu_optim, f"_{name}_parallel")):
             arrays = [a.copy() for a in (w, g, m, v)] + [np.empty_like(steps)]
             run(kern, arrays)
             results.append(arrays)
