@@ -13,7 +13,8 @@ IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
 # Binary codes: y = f(a, b).
 ADD, SUB, MUL, DIV = range(4)
 # Pointwise losses: (pred, target) -> one term of the sum, and its d/dpred.
-MSE, BCE_LOGITS = range(2)
+# (MSE has a kernel of its own, vectorised, in each device's losses module.)
+BCE_LOGITS = 0
 
 
 def unary(code, x, p):
@@ -111,18 +112,14 @@ def binary_grad_b(code, a, b):
 
 
 def pointwise_loss(code, x, t):
-    """One term of the loss sum, before the reduction's scale."""
-    if code == MSE:
-        d = x - t
-        return d * d
+    """One term of the loss sum, before the reduction's scale (``code`` picks the
+    loss; binary cross-entropy with logits is the only one so far)."""
     # BCE with logits, PyTorch's stable form: max(x, 0) - x t + log1p(exp(-|x|)).
     return max(x, 0) - x * t + math.log1p(math.exp(-abs(x)))
 
 
 def pointwise_loss_grad(code, x, t):
     """d(term)/dx."""
-    if code == MSE:
-        return 2 * (x - t)
     if x >= 0:
         s = 1 / (1 + math.exp(-x))
     else:

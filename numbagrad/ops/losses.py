@@ -33,8 +33,7 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     The target never receives a gradient. One fused kernel computes the
     loss and, for the backward pass, the residual gradient.
     """
-    if reduction != "mean" and reduction != "sum":
-        check_reduction("mse_loss", reduction)
+    check_reduction("mse_loss", reduction)
     # The common case (a contiguous pred, and a target of the same device,
     # dtype and shape, or a matching host array on the CPU) skips `pair`.
     if type(pred) is Tensor:

@@ -32,7 +32,7 @@ def mse(pred, target, loss_out, resid_out, scale):
 @njit(cache=True, error_model="numpy")
 def pointwise_loss(code, pred, target, loss_out, grad_out, scale):
     """loss_out[()] = scale * sum(term(pred, target)); grad_out = scale *
-    d term / d pred. ``code`` is one of ``scalar.MSE``, ``scalar.BCE_LOGITS``."""
+    d term / d pred. ``code`` is a loss code of ``kernels.scalar`` (``BCE_LOGITS``)."""
     p = pred.ravel()
     t = target.ravel()
     g = grad_out.ravel()
