@@ -1,5 +1,6 @@
 """ng.compile: a recorded training step replayed as one @njit function (CPU) or
 as back-to-back launches (CUDA), bit-identical to eager execution."""
+import contextlib
 import json
 import os
 import re
@@ -118,6 +119,7 @@ def run_twins(make, batches, cache, calls=14, counts=False):
 def test_linear_is_bit_identical_to_eager(cache, optimizer):
     step, _ = run_twins(lambda: linear_case(optimizer=optimizer), linear_batches(), cache)
     assert [s["mode"] for s in step.stats] == ["njit"]
+    assert step.stats[0]["fused_update"] == (optimizer is not None)
 
 
 def test_linear_float64_and_host_targets(cache):
@@ -132,6 +134,114 @@ def test_linear_float64_and_host_targets(cache):
 def test_mlp_is_bit_identical_to_eager(cache, optimizer):
     step, _ = run_twins(lambda: mlp_case(optimizer=optimizer), mlp_batches(), cache, calls=13)
     assert [s["mode"] for s in step.stats] == ["njit"]
+
+
+# ------------------------------------------------------------ the fused update
+def fused_case(make_opt, sizes=(5, 7, 3), seed=0):
+    def make():
+        rng = np.random.default_rng(seed)
+        model = ng.nn.Sequential(ng.nn.Linear(sizes[0], sizes[1], dtype=np.float32, rng=rng),
+                                 ng.nn.Tanh(),
+                                 ng.nn.Linear(sizes[1], sizes[2], dtype=np.float32, rng=rng))
+
+        def loss_fn(x, labels):
+            return ng.cross_entropy(model(x), labels)
+        return model.parameters(), make_opt(model.parameters()), loss_fn
+    return make
+
+
+FUSED_OPTIMIZERS = {
+    "adam": lambda ps: ng.optim.Adam(ps, lr=0.05, accumulate_steps=3),
+    "adamw-clip": lambda ps: ng.optim.AdamW(ps, lr=0.05, weight_decay=0.1, max_grad_norm=0.05,
+                                            accumulate_steps=2),
+    "sgd-momentum-decay": lambda ps: ng.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01,
+                                                  accumulate_steps=3),
+    "sgd-sum-unchecked": lambda ps: ng.optim.SGD(ps, lr=0.05, accumulate_steps=2, average=False,
+                                                 nonfinite="ignore"),
+    "adam-cosine-k1": lambda ps: ng.optim.Adam(ps, lr=ng.optim.schedules.cosine(0.05, 6),
+                                               max_grad_norm=1.0),
+}
+
+
+@pytest.mark.parametrize("kind", FUSED_OPTIMIZERS)
+def test_the_fused_update_is_bit_identical_and_skips_python_step(cache, kind):
+    make = fused_case(FUSED_OPTIMIZERS[kind])
+    pa, oa, fa = make()
+    pb, ob, fb = make()
+    calls = []
+    python_step = ob.step
+    ob.step = lambda *a, **k: calls.append(1) or python_step(*a, **k)
+    step = ng_compile(fb, optimizer=ob, cache_dir=cache)
+    for i in range(14):
+        args = mlp_batches((5, 7, 3), batch=6, n=3)[i % 3]
+        assert same(eager_step(fa, oa, *args).data, step(*args).data)
+        check_twins(pa, pb, oa, ob)
+        assert (oa.last_grad_norm, oa.lr) == (ob.last_grad_norm, ob.lr)
+    assert step.stats[-1]["fused_update"] and step.stats[-1]["mode"] == "njit"
+    assert len(calls) == 4     # the recording and the checking calls 2, 4, 8 step eagerly
+    assert oa.t == ob.t > 0
+
+
+def test_fused_and_python_updates_interleave(cache):
+    # a second signature's calls step the optimizer eagerly (Adam's step counts swap
+    # buffers there); a state dict loads mid-window; the fused update follows both
+    make = fused_case(FUSED_OPTIMIZERS["adam"])
+    pa, oa, fa = make()
+    pb, ob, fb = make()
+    step = ng_compile(fb, optimizer=ob, cache_dir=cache)
+    small = mlp_batches((5, 7, 3), batch=6, n=2)
+    big = mlp_batches((5, 7, 3), batch=9, n=1)
+    for i, args in enumerate(small + big + small + small + big + small * 3):
+        assert same(eager_step(fa, oa, *args).data, step(*args).data)
+        check_twins(pa, pb, oa, ob)
+        if i == 6:
+            saved = oa.state_dict()
+            oa.load_state_dict(saved)
+            ob.load_state_dict(saved)
+    assert oa.t == ob.t >= 3
+
+
+@pytest.mark.parametrize("nonfinite", ["raise", "skip"])
+def test_a_non_finite_window_under_the_fused_update_acts_as_eager(cache, nonfinite):
+    make = fused_case(lambda ps: ng.optim.Adam(ps, lr=0.05, accumulate_steps=2,
+                                               nonfinite=nonfinite))
+    pa, oa, fa = make()
+    pb, ob, fb = make()
+    step = ng_compile(fb, optimizer=ob, verify=False, cache_dir=cache)
+    (x, labels), = mlp_batches((5, 7, 3), batch=6, n=1)
+    bad = ng.tensor(np.where(np.arange(30).reshape(6, 5) == 7, np.inf, x.numpy()))
+    for args in [(x, labels), (x, labels), (x, labels), (bad, labels), (x, labels), (x, labels)]:
+        outcome = []
+        for fn in (lambda a: eager_step(fa, oa, *a), lambda a: step(*a)):
+            with pytest.warns() if nonfinite == "skip" and args[0] is bad else \
+                    contextlib.nullcontext():
+                try:
+                    fn(args)
+                    outcome.append(None)
+                except FloatingPointError as exc:
+                    outcome.append(str(exc))
+        assert outcome[0] == outcome[1]
+        check_twins(pa, pb, oa, ob)
+        assert (oa.skipped, oa.last_grad_norm) == (ob.skipped, ob.last_grad_norm)
+    assert step.stats[-1]["fused_update"]
+
+
+def test_the_update_stays_in_python_when_it_cannot_be_fused(cache, monkeypatch):
+    # a param fn never reaches, or a group above the threaded kernels' threshold
+    def unreached(ps):
+        return ng.optim.Adam([*ps, ng.param(np.ones(3, np.float32))], lr=0.05,
+                             accumulate_steps=2)
+    for make_opt in (unreached, FUSED_OPTIMIZERS["adam"]):
+        if make_opt is not unreached:
+            kernels = sys.modules["numbagrad.kernels.cpu.optim"]
+            monkeypatch.setattr(kernels, "_threaded", lambda n: True)
+        step, _ = run_twins(fused_case(make_opt), mlp_batches((5, 7, 3), batch=6), cache,
+                            calls=6)
+        assert not step.stats[-1]["fused_update"] and step.stats[-1]["mode"] == "njit"
+    _, ob, fb = fused_case(FUSED_OPTIMIZERS["adam"])()
+    step = ng_compile(fb, optimizer=ob, fuse_update=False, cache_dir=cache)
+    step(*mlp_batches((5, 7, 3), batch=6, n=1)[0])
+    assert not step.stats[-1]["fused_update"]
 
 
 def test_int32_labels_and_a_transposed_argument(cache):

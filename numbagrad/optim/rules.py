@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.cpu import boundary
 from . import _checks
 from .groups import Group
 
@@ -27,6 +28,22 @@ class Rule:
 
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         raise NotImplementedError
+
+    # ng.compile's fused boundary (numbagrad/kernels/cpu/boundary.py): the
+    # kernel and its arguments, the hyper-parameters it reads from ``ctl``,
+    # the parity of swapped slots, and what ``update`` does after its kernel.
+    def fused(self, group: Group, sq: Any, ctl: Any) -> tuple[Any, tuple] | None:
+        """The boundary kernel and its arguments for ``group``; None if there is none."""
+        return None
+
+    def fused_hyper(self) -> tuple[float, ...]:
+        return ()
+
+    def fused_parity(self, group: Group, args: tuple) -> int:
+        return 0
+
+    def after_update(self, group: Group) -> None:
+        """What ``update`` does after its kernel (also after a boundary kernel's update)."""
 
     def hyper(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.names}
@@ -51,6 +68,14 @@ class SGDRule(Rule):
 
     def new_slots(self, group: Group) -> dict[str, Any]:
         return {"momentum_buffer": group.zeros(tail=0)} if self.momentum else {}
+
+    def fused(self, group: Group, sq: Any, ctl: Any) -> tuple[Any, tuple] | None:
+        v = group.slots.get("momentum_buffer", group.g)
+        return boundary.sgd_close, (group.w, group.g, group.g_body, v, group.seg,
+                                         group.live, sq, ctl)
+
+    def fused_hyper(self) -> tuple[float, ...]:
+        return (self.momentum, self.weight_decay)
 
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         v = group.slots.get("momentum_buffer", flat_grad)
@@ -98,13 +123,29 @@ class AdamRule(Rule):
         return {"exp_avg": group.zeros(tail=0), "exp_avg_sq": group.zeros(tail=0),
                 "step": steps[0]}
 
+    def fused(self, group: Group, sq: Any, ctl: Any) -> tuple[Any, tuple] | None:
+        slots = group.slots
+        return boundary.adam_close, (
+            group.w, group.g, group.g_body, slots["exp_avg"], slots["exp_avg_sq"], group.seg,
+            group.live, slots["step"], group.scratch["next_step"], sq, ctl)
+
+    def fused_hyper(self) -> tuple[float, ...]:
+        return (*self.betas, self.eps, self.weight_decay)
+
+    def fused_parity(self, group: Group, args: tuple) -> int:
+        return 0 if group.slots["step"] is args[7] else 1
+
+    def after_update(self, group: Group) -> None:
+        slots, scratch = group.slots, group.scratch
+        slots["step"], scratch["next_step"] = scratch["next_step"], slots["step"]
+
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         slots, scratch = group.slots, group.scratch
         group.kern.adam_update(group.w, flat_grad, slots["exp_avg"], slots["exp_avg_sq"],
                                group.seg, group.live, slots["step"], scratch["next_step"],
                                lr, self.betas[0], self.betas[1], self.eps, scale,
                                self.weight_decay)
-        slots["step"], scratch["next_step"] = scratch["next_step"], slots["step"]
+        self.after_update(group)
 
     def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         betas, eps = self._checked(saved["betas"], saved["eps"])

@@ -187,9 +187,13 @@ class Window:
         for group, flat in zip(self.groups, buffers):
             rule.update(group, flat, lr, scale)
         self.last_grad_norm = norm
+        self.finish(mode)
+        return True
+
+    def finish(self, mode: str) -> None:
+        """After an applied update (whose kernel zeroed the total): a new window."""
         self._clear(mode, zeroed=True)
         self.t += 1
-        return True
 
     def _drop(self, mode: str, bad: list[str]) -> bool:
         """Discard a non-finite window, then raise or warn as ``nonfinite`` says."""
