@@ -1328,7 +1328,12 @@ class CompiledStep:
                  "hit" if sum(fn.stats.cache_hits.values()) > hits else "miss")
         stat.update(codegen_s=t1 - t0, jit_s=time.perf_counter() - t1, cache=cache,
                     module=path, fused_update=fused is not None)
-        return _NjitEntry(prog, args, key, self, gen, fn)
+        # Tensors' arrays are numbagrad's own (aligned, and checked against the
+        # signature by the runner), so those calls may skip Numba's dispatch
+        direct = None
+        if all(kind == "in" and isinstance(args[idx], Tensor) for kind, idx in gen.per_call):
+            direct = getattr(fn.overloads.get(sig), "entry_point", None)
+        return _NjitEntry(prog, args, key, self, gen, direct or fn)
 
 
 def _reason(exc: Exception) -> str:
