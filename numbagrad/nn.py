@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
+from .ops._common import is_scalar
 from .tensor import Tensor, param
 
 __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmoid"]
@@ -151,7 +152,14 @@ class Linear(Module):
 
 
 class Sequential(Module):
-    """Modules applied in order; indexable, with ``len``; names "0", "1", ..."""
+    """Modules applied in order; indexable, with ``len``; names "0", "1", ...
+
+    A ``Linear`` directly followed by a ``ReLU``, ``Tanh``, ``Sigmoid`` or
+    ``LeakyReLU`` (slope >= 0) runs as one ``ng.linear(..., activation=)``:
+    the activation is applied in the GEMM's epilogue, one pass fewer over
+    the output and one op fewer on the tape (the same values up to the
+    rounding of the bias addition; subclasses are never fused).
+    """
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()
@@ -162,7 +170,17 @@ class Sequential(Module):
             setattr(self, str(i), module)
 
     def forward(self, x: Any) -> Any:
-        for module in self._modules.values():
+        modules = tuple(self._modules.values())
+        i, n = 0, len(modules)
+        while i < n:
+            module = modules[i]
+            i += 1
+            if type(module) is Linear and i < n:
+                activation = _epilogue(modules[i])
+                if activation is not None:
+                    x = ops.linear(x, module.weight, module.bias, *activation)
+                    i += 1
+                    continue
             x = module(x)
         return x
 
@@ -198,3 +216,17 @@ class Tanh(Module):
 class Sigmoid(Module):
     def forward(self, x: Any) -> Tensor:
         return ops.sigmoid(x)
+
+
+def _epilogue(module: Module) -> tuple[str, float] | None:
+    """(activation, negative_slope) for ``ops.linear`` if ``module`` can be fused."""
+    kind = type(module)
+    if kind is ReLU:
+        return "relu", 0.0
+    if kind is Tanh:
+        return "tanh", 0.0
+    if kind is Sigmoid:
+        return "sigmoid", 0.0
+    if kind is LeakyReLU and is_scalar(module.negative_slope) and module.negative_slope >= 0:
+        return "leaky_relu", module.negative_slope
+    return None

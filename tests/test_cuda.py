@@ -319,7 +319,8 @@ def test_op_kernels_agree_with_cpu_on_odd_shapes(both, dt):
         k.pointwise_loss(codes.BCE_LOGITS, d(x * 300), d(target), loss2, grad2, 1.0)
         dest = d(np.ones(shape, dt))
         k.scaled_add(loss, grad, 2.0, dest)
-        out = k.empty((17, 4), dt)
-        k.linear(d(x), d(b[:4]), d(b[0, :4].copy()), out, True)
-        return [loss, grad, loss2, grad2, dest, out]
+        out, act = k.empty((17, 4), dt), k.empty((17, 4), dt)
+        k.linear(d(x), d(b[:4]), d(b[0, :4].copy()), out, True, codes.IDENT, dt(0.0))
+        k.linear(d(x), d(b[:4]), d(b[0, :4].copy()), act, True, codes.LEAKY_RELU, dt(0.2))
+        return [loss, grad, loss2, grad2, dest, out, act]
     check("losses, scaled_add, linear", run)

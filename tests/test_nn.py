@@ -134,6 +134,50 @@ def test_three_layer_mlp_gradcheck(device, act):
                  directions=None if device == "cpu" else 1)
 
 
+def test_sequential_fuses_linear_and_activation(monkeypatch):
+    calls = []
+    linear = ng.ops.linear
+
+    def spy(x, w, b=None, activation=None, negative_slope=0.01):
+        calls.append(activation)
+        return linear(x, w, b, activation, negative_slope)
+    monkeypatch.setattr(nn.ops, "linear", spy)
+
+    class MyLinear(nn.Linear):      # a subclass may override forward: never fused
+        pass
+    rng = np.random.default_rng(8)
+    model = nn.Sequential(nn.Linear(4, 5, rng=rng), nn.LeakyReLU(0.3), nn.Linear(5, 5, rng=rng),
+                          nn.LeakyReLU(-0.5), MyLinear(5, 4, rng=rng), nn.Sigmoid(),
+                          nn.Linear(4, 3, rng=rng), nn.Tanh(), nn.Linear(3, 2, rng=rng))
+    x = ng.tensor(rng.normal(size=(6, 4)))
+    with ng.grad_tape():
+        loss = ng.mse_loss(model(x), np.ones((6, 2)))
+    assert calls == ["leaky_relu", None, None, "tanh", None]
+    grads = ng.backward(loss)
+    twin = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.LeakyReLU(0.3),
+                               torch.nn.Linear(5, 5), torch.nn.LeakyReLU(-0.5),
+                               torch.nn.Linear(5, 4), torch.nn.Sigmoid(), torch.nn.Linear(4, 3),
+                               torch.nn.Tanh(), torch.nn.Linear(3, 2)).double()
+    twin.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    out = twin(torch.tensor(x.numpy()))
+    torch.nn.functional.mse_loss(out, torch.ones(6, 2, dtype=torch.float64)).backward()
+    np.testing.assert_allclose(loss.item(), torch.nn.functional.mse_loss(
+        out, torch.ones(6, 2, dtype=torch.float64)).item(), rtol=1e-12)
+    for (name, p), (_, tp) in zip(model.named_parameters(), twin.named_parameters()):
+        np.testing.assert_allclose(grads[p.id], tp.grad.numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=name)
+
+
+def test_linear_activation_errors():
+    x, w = ng.tensor(np.ones((2, 3))), ng.param(np.ones((4, 3)))
+    with pytest.raises(ValueError, match="activation must be None or one of 'relu'.*'gelu'"):
+        ng.linear(x, w, activation="gelu")
+    with pytest.raises(ValueError, match="negative_slope >= 0.*got -0.1"):
+        ng.linear(x, w, activation="leaky_relu", negative_slope=-0.1)
+    with pytest.raises(ValueError, match="linear: input .* has 2 features but weight"):
+        ng.linear(ng.tensor(np.ones((2, 2))), w, activation="relu")
+
+
 def test_mlp_gradients_match_torch_with_reuse_and_regulariser():
     model = mlp()
     twin = torch_twin(model)
@@ -292,10 +336,10 @@ def test_cuda_mlp_micro_step_launch_budget():
         before = ng.cuda.launch_count()
         copies = ng.cuda.transfer_count()
         assert micro_step() is applied
-        # forward: linear, relu, linear, cross_entropy = 4
-        # backward: linear2 dW+db+dx = 3, relu 1, linear1 dW+db = 2 (x needs none)
+        # forward: linear with the relu in its epilogue, linear, cross_entropy = 3
+        # backward: linear2 dW+db+dx = 3, linear1 relu+dW+db = 3 (x needs none)
         # update: the non-finite check's reduction and the fused Adam = 2
-        assert ng.cuda.launch_count() - before == 4 + 6 + (2 if applied else 0)
+        assert ng.cuda.launch_count() - before == 3 + 6 + (2 if applied else 0)
         # device labels: no upload; the window's end reads the check's 8 bytes
         assert ng.cuda.transfer_count() - copies == (1 if applied else 0)
 

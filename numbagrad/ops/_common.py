@@ -96,7 +96,8 @@ def contiguous(t: Tensor) -> Any:
     if kern.is_c_contiguous(data):
         return data
     copy = buffers.take(kern, data.shape, data.dtype)
-    kern.unary(0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
+    (kern.unary_mt if copy.size >= kern.MT_MIN else kern.unary)(
+        0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
     return copy
 
 

@@ -23,7 +23,8 @@ def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         ctx.give(x, grad)
         return
     dest, beta = ctx.dest(x)
-    x._kern.scaled_add(gout, grad, beta, dest)
+    kern = x._kern
+    (kern.scaled_add_mt if grad.size >= kern.MT_MIN else kern.scaled_add)(gout, grad, beta, dest)
 
 
 def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
@@ -57,7 +58,8 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
 def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
     loss = buffers.take(kern, (), pd.dtype)
     resid = buffers.take(kern, pd.shape, pd.dtype)
-    kern.mse(pd, td, loss, resid, 1.0 if reduction == "sum" else 1.0 / pd.size)
+    (kern.mse_mt if pd.size >= kern.MT_MIN else kern.mse)(
+        pd, td, loss, resid, 1.0 if reduction == "sum" else 1.0 / pd.size)
     return result(loss, kern, (pred,), _loss_backward, (resid,))
 
 
@@ -77,7 +79,8 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
     loss = buffers.take(kern, (), dtype)
     grad = buffers.take(kern, x.shape, dtype)
     scale = 1.0 if reduction == "sum" else 1.0 / x.size
-    kern.pointwise_loss(codes.BCE_LOGITS, contiguous(x), contiguous(t), loss, grad, scale)
+    (kern.pointwise_loss_mt if grad.size >= kern.MT_MIN else kern.pointwise_loss)(
+        codes.BCE_LOGITS, contiguous(x), contiguous(t), loss, grad, scale)
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 
@@ -100,8 +103,8 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     labels = _labels(kern, target, n, classes)
     loss = buffers.take(kern, (), x.dtype)
     grad = buffers.take(kern, x.shape, x.dtype)
-    kern.cross_entropy(contiguous(x), labels, loss, grad,
-                       1.0 if reduction == "sum" else 1.0 / max(n, 1))
+    (kern.cross_entropy_mt if grad.size >= kern.MT_MIN else kern.cross_entropy)(
+        contiguous(x), labels, loss, grad, 1.0 if reduction == "sum" else 1.0 / max(n, 1))
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from .. import buffers
+from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import contiguous, describe, ones, pair, reshaped, result
+from ._common import contiguous, describe, is_scalar, ones, pair, reshaped, result, scalar_of
 
 
 def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
@@ -103,11 +104,29 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 
 
 # ------------------------------------------------------------------ linear
-def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
+# activations the GEMM's epilogue applies: their gradient is a function of the output
+ACTIVATIONS = {"relu": codes.RELU, "leaky_relu": codes.LEAKY_RELU, "tanh": codes.TANH,
+               "sigmoid": codes.SIGMOID}
+
+
+def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
+           negative_slope: float = 0.01) -> Tensor:
     """``x @ weight.T + bias``, PyTorch's ``F.linear``: x (n, in) or (in,),
     weight (out, in), bias (out,) or None. One GEMM with the bias folded in;
     the backward writes dW with one GEMM, db as column sums and dx with one
-    GEMM, each straight into its destination."""
+    GEMM, each straight into its destination.
+
+    ``activation`` ("relu", "leaky_relu" with ``negative_slope`` >= 0,
+    "tanh" or "sigmoid") is applied in the same kernel: the GEMM writes the
+    output and one epilogue pass adds the bias and applies it (on CUDA, the
+    GEMM's own epilogue), as ``relu(linear(x, W, b))`` computes in three
+    passes. ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of
+    these activations.
+    """
+    if activation is not None:
+        code, p = _activation(activation, negative_slope)
+        x, weight, bias = _linear_operands(x, weight, bias)
+        return _linear(x, weight, bias, *_linear_layout(x, weight), code, p)
     # The common case (contiguous 2-D tensors of one device and dtype) skips
     # the general checks: this op runs twice per layer per micro-step.
     if type(x) is Tensor and type(weight) is Tensor and (bias is None or type(bias) is Tensor):
@@ -119,10 +138,25 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
                                       and bias._data.shape == (ws[0],))) \
                 and kern.is_c_contiguous(xd) and kern.is_c_contiguous(wd):
             return _linear(x, weight, bias, xd, wd, kern, xd, (xs[0], ws[0]))
-    return _linear_checked(x, weight, bias)
+    x, weight, bias = _linear_operands(x, weight, bias)
+    return _linear(x, weight, bias, *_linear_layout(x, weight))
 
 
-def _linear_checked(x: Any, weight: Any, bias: Any) -> Tensor:
+def _activation(activation: Any, negative_slope: Any) -> tuple[int, float]:
+    code = ACTIVATIONS.get(activation) if isinstance(activation, str) else None
+    if code is None:
+        raise ValueError(f"linear: activation must be None or one of "
+                         f"{', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    if code != codes.LEAKY_RELU:
+        return code, 0.0
+    if not is_scalar(negative_slope) or not negative_slope >= 0:
+        raise ValueError(f"linear: activation='leaky_relu' needs a negative_slope >= 0 (its "
+                         f"gradient is then read from the output), got {negative_slope!r}; "
+                         f"use ng.leaky_relu(ng.linear(...)) for a negative slope")
+    return code, float(negative_slope)
+
+
+def _linear_operands(x: Any, weight: Any, bias: Any) -> tuple[Tensor, Tensor, Any]:
     op = "linear"
     x, weight = pair(x, weight, op, ("input", "weight"))
     if weight.ndim != 2 or x.ndim not in (1, 2):
@@ -137,30 +171,42 @@ def _linear_checked(x: Any, weight: Any, bias: Any) -> Tensor:
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
                              f"{describe(weight)}; expected shape ({weight.shape[0]},)")
+    return x, weight, bias
+
+
+def _linear_layout(x: Tensor, weight: Tensor) -> tuple:
+    """(xd, wd, kern, x2, out_shape): checked operands as ``_linear`` takes them."""
     xd, wd = contiguous(x), contiguous(weight)
-    x2 = xd if x.ndim == 2 else reshaped(xd, (1, features))
+    x2 = xd if x.ndim == 2 else reshaped(xd, (1, x.shape[x.ndim - 1]))
     out_shape = (x.shape[0], weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
-    return _linear(x, weight, bias, xd, wd, x._kern, x2, out_shape)
+    return xd, wd, x._kern, x2, out_shape
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, kern: Any,
-            x2: Any, out_shape: tuple) -> Tensor:
-    out = buffers.take(kern, out_shape, xd.dtype)
+            x2: Any, out_shape: tuple, code: int = codes.IDENT, p: float = 0.0) -> Tensor:
+    dtype = xd.dtype
+    out = buffers.take(kern, out_shape, dtype)
     out2 = out if len(out_shape) == 2 else reshaped(out, (1, out_shape[0]))
     if bias is None:
-        kern.linear(x2, wd, wd[0], out2, False)
+        kern.linear(x2, wd, wd[0], out2, False, code, scalar_of(dtype, p))
         inputs = (x, weight)
     else:
-        kern.linear(x2, wd, bias._data, out2, True)
+        kern.linear(x2, wd, bias._data, out2, True, code, scalar_of(dtype, p))
         inputs = (x, weight, bias)
-    return result(out, kern, inputs, _linear_backward, (x2, wd, out2.shape))
+    return result(out, kern, inputs, _linear_backward, (x2, wd, out2, code, p))
 
 
 def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     x, weight = node.inputs[:2]
-    x2, wd, o2 = node.saved
+    x2, wd, y2, code, p = node.saved
     kern = x._kern
+    o2 = y2.shape
     g2 = ones(kern, o2, wd.dtype) if gout is None else reshaped(gout, o2)
+    if code != codes.IDENT:   # through the activation, its gradient read from the output
+        pre = buffers.take(kern, o2, wd.dtype)
+        (kern.unary_backward_mt if pre.size >= kern.MT_MIN else kern.unary_backward)(
+            code, y2, y2, g2, pre, 0.0, scalar_of(wd.dtype, p))
+        g2 = pre
     if weight.requires_grad:   # dW = G^T @ x
         dest, beta = ctx.dest(weight)
         kern.gemm(g2, x2, dest, True, False, 1.0, beta)

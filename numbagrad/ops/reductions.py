@@ -50,8 +50,8 @@ def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     scale = 1.0 / count if mean else 1.0
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
-    kern.sum_to(view2d(x._data), reshaped(out, out2), scalar_of(dtype, scale),
-                scalar_of(dtype, 0.0))
+    (kern.sum_to_mt if x._data.size >= kern.MT_MIN else kern.sum_to)(
+        view2d(x._data), reshaped(out, out2), scalar_of(dtype, scale), scalar_of(dtype, 0.0))
     return result(out, kern, (x,), _reduce_backward, (out2, scale))
 
 
@@ -61,8 +61,9 @@ def _reduce_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern, dtype = x._kern, x._data.dtype
     g2 = ones(kern, out2, dtype) if gout is None else reshaped(gout, out2)
     dest, beta = ctx.dest(x)
-    kern.unary(codes.IDENT, g2, view2d(dest), scalar_of(dtype, 0.0), scalar_of(dtype, scale),
-               scalar_of(dtype, beta))
+    (kern.unary_mt if dest.size >= kern.MT_MIN else kern.unary)(
+        codes.IDENT, g2, view2d(dest), scalar_of(dtype, 0.0), scalar_of(dtype, scale),
+        scalar_of(dtype, beta))
 
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -85,7 +86,8 @@ def _softmax(x: Any, axis: int, log: bool, op: str) -> Tensor:
     ax = 1 if x.ndim == 1 else axis % 2
     kern = x._kern
     out = buffers.take(kern, x._data.shape, x._data.dtype)
-    kern.softmax(view2d(x._data), view2d(out), ax, log)
+    (kern.softmax_mt if out.size >= kern.MT_MIN else kern.softmax)(
+        view2d(x._data), view2d(out), ax, log)
     return result(out, kern, (x,), _softmax_backward, (out, ax, log))
 
 
@@ -96,7 +98,8 @@ def _softmax_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, y.shape, y.dtype)
     dest, beta = ctx.dest(x)
-    kern.softmax_backward(view2d(y), view2d(gout), view2d(dest), beta, ax, log)
+    (kern.softmax_backward_mt if y.size >= kern.MT_MIN else kern.softmax_backward)(
+        view2d(y), view2d(gout), view2d(dest), beta, ax, log)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:

@@ -26,8 +26,9 @@ def _transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, x.shape[::-1], dtype)
     dest, beta = ctx.dest(x)
-    kern.unary(codes.IDENT, gout.T, dest, scalar_of(dtype, 0.0), scalar_of(dtype, 1.0),
-               scalar_of(dtype, beta))
+    (kern.unary_mt if dest.size >= kern.MT_MIN else kern.unary)(
+        codes.IDENT, gout.T, dest, scalar_of(dtype, 0.0), scalar_of(dtype, 1.0),
+        scalar_of(dtype, beta))
 
 
 def reshape(x: Any, *shape: Any) -> Tensor:
@@ -56,5 +57,6 @@ def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     dest, beta = ctx.dest(x)
     if gout is None:
         gout = ones(kern, x.shape, x._data.dtype)
-    kern.axpby(1.0, reshaped(gout, dest.shape), beta, dest)
+    (kern.axpby_mt if dest.size >= kern.MT_MIN else kern.axpby)(
+        1.0, reshaped(gout, dest.shape), beta, dest)
 

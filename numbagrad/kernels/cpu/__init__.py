@@ -4,16 +4,27 @@ Every kernel writes into an array the caller passes; none allocates a
 parameter-sized result. ``kernels/cuda`` exposes the same names with the
 same signatures, so the op and optimizer layers never branch on the device.
 One module per op family; this one re-exports them with the memory helpers.
+
+A kernel ``foo`` that pays for threads on large arrays has a twin
+``foo_mt`` (``parallel=True``, same signature, same bits); the op layer
+calls ``kern.foo_mt if n >= kern.MT_MIN else kern.foo`` for a call that
+touches n elements. ``MT_MIN`` comes from ``NUMBAGRAD_PARALLEL_MIN`` (see
+``_threads``); the CUDA module has the same names (``foo_mt`` is ``foo``,
+``MT_MIN`` never reached).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .elementwise import (axpby, binary, binary_backward, fill, scaled_add,  # noqa: F401
-                          sum_to, unary, unary_backward)
-from .losses import cross_entropy, mse, pointwise_loss  # noqa: F401
+from ._threads import MT_MIN  # noqa: F401
+from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F401
+                          binary_backward_mt, binary_mt, fill, scaled_add, scaled_add_mt,
+                          sum_to, sum_to_mt, unary, unary_backward, unary_backward_mt,
+                          unary_mt)
+from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
+                     pointwise_loss, pointwise_loss_mt)
 from .matmul import gemm, linear  # noqa: F401
-from .reductions import softmax, softmax_backward  # noqa: F401
+from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 
 name = "cpu"

@@ -1,56 +1,122 @@
-"""CPU loss kernels: each computes the loss and its input gradient in one pass."""
+"""CPU loss kernels: each computes the loss and its input gradient in one pass.
+
+The loss is a float64 sum taken span by span: ``SPAN`` elements (for
+cross-entropy, whole rows of about that many elements) into a partial sum,
+then the partials in order. The ``_mt`` twins (``parallel=True``) compute
+the spans on threads and add the partials in the same order, so both give
+the same bits whatever the thread count. The reduction's scale is rounded
+to the arrays' dtype for the per-element gradient, so float32 stays float32.
+"""
 from __future__ import annotations
 
 import math
 
-from numba import njit
+import numpy as np
+from numba import njit, prange
 
 from .. import scalar
+from ._threads import SPAN, _cast_like
 
 _term = njit(scalar.pointwise_loss)
 _term_grad = njit(scalar.pointwise_loss_grad)
 
 
+@njit(inline="always")
+def _spans(n):
+    return (n + SPAN - 1) // SPAN
+
+
+# ------------------------------------------------------------------ MSE
 # reassoc lets LLVM vectorize the sum (lanes of partial sums): ~3x faster.
+# One compiled span loop serves both kernels.
 @njit(cache=True, error_model="numpy", fastmath={"reassoc"})
+def _mse_span(p, t, r, c, lo, hi):
+    ps, ts, rs = p[lo:hi], t[lo:hi], r[lo:hi]
+    total = 0.0
+    for i in range(ps.size):
+        d = ps[i] - ts[i]
+        rs[i] = c * d
+        total += d * d
+    return total
+
+
+@njit(cache=True, error_model="numpy")
 def mse(pred, target, loss_out, resid_out, scale):
     """One pass: loss_out[()] = scale * sum((pred - target)**2) and
     resid_out = 2 * scale * (pred - target), the loss's gradient w.r.t. pred.
     """
-    p = pred.ravel()
-    t = target.ravel()
-    r = resid_out.ravel()
-    c = 2.0 * scale
+    p, t, r = pred.ravel(), target.ravel(), resid_out.ravel()
+    c = _cast_like(resid_out, 2.0 * scale)
+    n = p.size
     total = 0.0
-    for i in range(p.size):
-        d = p[i] - t[i]
-        r[i] = c * d
-        total += d * d
+    for s in range(_spans(n)):
+        total += _mse_span(p, t, r, c, s * SPAN, min(s * SPAN + SPAN, n))
     loss_out[()] = total * scale
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def mse_mt(pred, target, loss_out, resid_out, scale):
+    """``mse`` on threads, a span per task, the same bits."""
+    p, t, r = pred.ravel(), target.ravel(), resid_out.ravel()
+    c = _cast_like(resid_out, 2.0 * scale)
+    n = p.size
+    spans = _spans(n)
+    partial = np.empty(spans)
+    for s in prange(spans):
+        partial[s] = _mse_span(p, t, r, c, s * SPAN, min(s * SPAN + SPAN, n))
+    total = 0.0
+    for s in range(spans):
+        total += partial[s]
+    loss_out[()] = total * scale
+
+
+# ------------------------------------------------------- pointwise losses
+@njit(cache=True, error_model="numpy")
+def _pointwise_span(code, p, t, g, s, lo, hi):
+    total = 0.0
+    for i in range(lo, hi):
+        total += _term(code, p[i], t[i])
+        g[i] = s * _term_grad(code, p[i], t[i])
+    return total
 
 
 @njit(cache=True, error_model="numpy")
 def pointwise_loss(code, pred, target, loss_out, grad_out, scale):
     """loss_out[()] = scale * sum(term(pred, target)); grad_out = scale *
     d term / d pred. ``code`` is a loss code of ``kernels.scalar`` (``BCE_LOGITS``)."""
-    p = pred.ravel()
-    t = target.ravel()
-    g = grad_out.ravel()
+    p, t, g = pred.ravel(), target.ravel(), grad_out.ravel()
+    s = _cast_like(grad_out, scale)
+    n = p.size
     total = 0.0
-    for i in range(p.size):
-        total += _term(code, p[i], t[i])
-        g[i] = scale * _term_grad(code, p[i], t[i])
+    for k in range(_spans(n)):
+        total += _pointwise_span(code, p, t, g, s, k * SPAN, min(k * SPAN + SPAN, n))
     loss_out[()] = total * scale
 
 
-@njit(cache=True, error_model="numpy")
-def cross_entropy(logits, labels, loss_out, grad_out, scale):
-    """Softmax cross-entropy of (n, C) logits against class indices, stable:
-    loss_out[()] = scale * sum_i (logsumexp(x_i) - x_i[label_i]) and
-    grad_out = scale * (softmax(x) - onehot(label)). Labels were checked."""
-    n, classes = logits.shape
+@njit(cache=True, error_model="numpy", parallel=True)
+def pointwise_loss_mt(code, pred, target, loss_out, grad_out, scale):
+    """``pointwise_loss`` on threads, a span per task, the same bits."""
+    p, t, g = pred.ravel(), target.ravel(), grad_out.ravel()
+    s = _cast_like(grad_out, scale)
+    n = p.size
+    spans = _spans(n)
+    partial = np.empty(spans)
+    for k in prange(spans):
+        partial[k] = _pointwise_span(code, p, t, g, s, k * SPAN, min(k * SPAN + SPAN, n))
     total = 0.0
-    for i in range(n):
+    for k in range(spans):
+        total += partial[k]
+    loss_out[()] = total * scale
+
+
+# ---------------------------------------------------------- cross-entropy
+@njit(cache=True, error_model="numpy")
+def _cross_entropy_rows(logits, labels, grad_out, scale, r0, r1):
+    """Rows r0..r1-1: their gradient, and the float64 sum of their losses."""
+    classes = logits.shape[1]
+    s = _cast_like(grad_out, scale)
+    total = 0.0
+    for i in range(r0, r1):
         row = logits[i]
         peak = row[0]
         for c in range(1, classes):
@@ -63,10 +129,46 @@ def cross_entropy(logits, labels, loss_out, grad_out, scale):
             acc += e
         label = labels[i]
         total += peak + math.log(acc) - row[label]
-        inv = scale / acc
+        inv = _cast_like(grad_out, scale / acc)
         for c in range(classes):
             grad_out[i, c] *= inv
-        grad_out[i, label] -= scale
+        grad_out[i, label] -= s
+    return total
+
+
+@njit(error_model="numpy", inline="always")
+def _row_spans(n, classes):
+    """(rows per span, spans): whole rows, about SPAN elements a span."""
+    rows = max(1, SPAN // max(classes, 1))
+    return rows, (n + rows - 1) // rows
+
+
+@njit(cache=True, error_model="numpy")
+def cross_entropy(logits, labels, loss_out, grad_out, scale):
+    """Softmax cross-entropy of (n, C) logits against class indices, stable:
+    loss_out[()] = scale * sum_i (logsumexp(x_i) - x_i[label_i]) and
+    grad_out = scale * (softmax(x) - onehot(label)). Labels were checked."""
+    n, classes = logits.shape
+    rows, spans = _row_spans(n, classes)
+    total = 0.0
+    for k in range(spans):
+        total += _cross_entropy_rows(logits, labels, grad_out, scale, k * rows,
+                                     min(k * rows + rows, n))
+    loss_out[()] = total * scale
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def cross_entropy_mt(logits, labels, loss_out, grad_out, scale):
+    """``cross_entropy`` on threads, a span of rows per task, the same bits."""
+    n, classes = logits.shape
+    rows, spans = _row_spans(n, classes)
+    partial = np.empty(spans)
+    for k in prange(spans):
+        partial[k] = _cross_entropy_rows(logits, labels, grad_out, scale, k * rows,
+                                         min(k * rows + rows, n))
+    total = 0.0
+    for k in range(spans):
+        total += partial[k]
     loss_out[()] = total * scale
 
 

@@ -10,6 +10,8 @@ import numpy as np
 from numba import njit, types
 from numba.core.extending import get_cython_function_address
 
+from .. import scalar
+
 for _routine in ("sgemm", "dgemm"):
     ll.add_symbol(f"numbagrad_{_routine}",
                   get_cython_function_address("scipy.linalg.cython_blas", _routine))
@@ -21,6 +23,8 @@ _dgemm = types.ExternalFunction("numbagrad_dgemm", _GEMM_SIG)
 _BLAS_MIN_WORK = 4096
 
 _N, _T = 78, 84  # ord("N"), ord("T"): Fortran BLAS transpose flags
+
+_unary = njit(scalar.unary)
 
 
 @njit(cache=True, error_model="numpy")
@@ -83,12 +87,41 @@ def gemm(a, b, out, trans_a, trans_b, alpha, beta):
                 out[i, j] = alpha * acc + beta * out[i, j]
 
 
-@njit(cache=True, error_model="numpy")
-def linear(x, w, bias, out, has_bias):
-    """out = x @ w.T + bias (PyTorch's F.linear): the bias is broadcast into
-    ``out``, then one GEMM adds the product with beta=1."""
+@njit(error_model="numpy", inline="always")
+def _epilogue(code, out, bias, has_bias, p):
+    rows, cols = out.shape
     if has_bias:
-        for i in range(out.shape[0]):
-            for j in range(out.shape[1]):
-                out[i, j] = bias[j]
-    gemm(x, w, out, False, True, 1.0, 1.0 if has_bias else 0.0)
+        for i in range(rows):
+            for j in range(cols):
+                out[i, j] = _unary(code, out[i, j] + bias[j], p)
+    else:
+        for i in range(rows):
+            for j in range(cols):
+                out[i, j] = _unary(code, out[i, j], p)
+
+
+@njit(cache=True, error_model="numpy")
+def linear(x, w, bias, out, has_bias, code, p):
+    """out = f(x @ w.T + bias), PyTorch's F.linear then the activation ``code``
+    (a unary code of ``kernels.scalar``: IDENT, RELU, LEAKY_RELU, TANH or
+    SIGMOID, with parameter ``p``). Without an activation the bias is
+    broadcast into ``out`` and one GEMM adds the product with beta=1; with
+    one, the GEMM writes ``out`` and a single epilogue pass adds the bias and
+    applies the activation."""
+    if code == scalar.IDENT:
+        if has_bias:
+            for i in range(out.shape[0]):
+                for j in range(out.shape[1]):
+                    out[i, j] = bias[j]
+        gemm(x, w, out, False, True, 1.0, 1.0 if has_bias else 0.0)
+        return
+    gemm(x, w, out, False, True, 1.0, 0.0)
+    # one loop per code, the code a constant in each (see elementwise.py)
+    if code == scalar.RELU:
+        _epilogue(scalar.RELU, out, bias, has_bias, p)
+    elif code == scalar.LEAKY_RELU:
+        _epilogue(scalar.LEAKY_RELU, out, bias, has_bias, p)
+    elif code == scalar.TANH:
+        _epilogue(scalar.TANH, out, bias, has_bias, p)
+    else:
+        _epilogue(scalar.SIGMOID, out, bias, has_bias, p)

@@ -17,28 +17,21 @@ from __future__ import annotations
 __all__ = ["adam_update", "sgd_update", "sumsq"]
 
 import math
-import os
 import time
 
 import numba
 import numpy as np
 from numba import njit, prange
-from numba.extending import overload
 
-
-def _env_int(key: str, default: int) -> int:
-    value = int(os.environ.get(key, default))
-    if value < 0:
-        raise ValueError(f"{key} must be a non-negative integer, got {value}")
-    return value
-
+# CHUNK: elements per parallel task; also the unit of sumsq's fixed order.
+# (boundary.py imports _cast_like from here.)
+from ._threads import CHUNK, _cast_like, _env_int
 
 # Measured on the project's 2-core machine with _time_variants() (2 threads):
 # the threaded Adam and SGD win from 2**15 elements (two chunks) in both
 # dtypes, sumsq from 2**16; at 2**14 and below every threaded variant loses
 # (by 10-300% on a quiet machine). 2**16 is where all of them win.
 PARALLEL_MIN_SIZE = _env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
-CHUNK = 1 << 14   # elements per parallel task; also the unit of sumsq's fixed order
 RETRY = 50   # calls between re-timings of the variant not in use
 
 
@@ -81,20 +74,6 @@ class _Dispatch:
         self.seen[which] += 1
         if self.seen[which] > 1:
             self.cost[which] = seconds / n
-
-
-def _cast_like(array, x):
-    """``x`` rounded to ``array``'s dtype (jitted code only)."""
-    return array.dtype.type(x)
-
-
-@overload(_cast_like)
-def _cast_like_impl(array, x):
-    dt = array.dtype
-
-    def impl(array, x):
-        return dt(x)
-    return impl
 
 
 # ----------------------------------------------------------------- SGD

@@ -1,18 +1,29 @@
-"""CPU softmax kernels along one axis of a 2-D array (a vector is one row)."""
+"""CPU softmax kernels along one axis of a 2-D array (a vector is one row).
+
+Each lane (a slice along ``axis``) is computed on its own, so the ``_mt``
+twins (``parallel=True``) share blocks of lanes among threads and give the
+serial kernels' bits.
+"""
 from __future__ import annotations
 
 import math
 
-from numba import njit
+from numba import njit, prange
+
+from ._threads import SPAN, _cast_like
+
+
+@njit(error_model="numpy", inline="always")
+def _lane_blocks(lanes, length):
+    """(lanes per block, blocks): about SPAN elements a block."""
+    per = max(1, SPAN // max(length, 1))
+    return per, (lanes + per - 1) // per
 
 
 @njit(cache=True, error_model="numpy")
-def softmax(x, out, axis, log):
-    """out = softmax(x) (or log_softmax when ``log``) along ``axis`` (0 or 1),
-    stable: the max of each slice is subtracted before exponentiating."""
-    lanes = x.shape[1] if axis == 0 else x.shape[0]
+def _softmax_lanes(x, out, axis, log, l0, l1):
     length = x.shape[axis]
-    for lane in range(lanes):
+    for lane in range(l0, l1):
         peak = x[0, lane] if axis == 0 else x[lane, 0]
         for k in range(1, length):
             v = x[k, lane] if axis == 0 else x[lane, k]
@@ -32,12 +43,28 @@ def softmax(x, out, axis, log):
 
 
 @njit(cache=True, error_model="numpy")
-def softmax_backward(y, gout, dest, beta, axis, log):
-    """dest = J^T gout + beta * dest for y = softmax(x) (``log``: log_softmax):
-    softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g)."""
-    lanes = y.shape[1] if axis == 0 else y.shape[0]
+def softmax(x, out, axis, log):
+    """out = softmax(x) (or log_softmax when ``log``) along ``axis`` (0 or 1),
+    stable: the max of each slice is subtracted before exponentiating."""
+    lanes = x.shape[1] if axis == 0 else x.shape[0]
+    per, blocks = _lane_blocks(lanes, x.shape[axis])
+    for t in range(blocks):
+        _softmax_lanes(x, out, axis, log, t * per, min(t * per + per, lanes))
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def softmax_mt(x, out, axis, log):
+    """``softmax`` on threads: the same blocks of lanes, shared among them."""
+    lanes = x.shape[1] if axis == 0 else x.shape[0]
+    per, blocks = _lane_blocks(lanes, x.shape[axis])
+    for t in prange(blocks):
+        _softmax_lanes(x, out, axis, log, t * per, min(t * per + per, lanes))
+
+
+@njit(cache=True, error_model="numpy")
+def _softmax_backward_lanes(y, gout, dest, beta, axis, log, l0, l1):
     length = y.shape[axis]
-    for lane in range(lanes):
+    for lane in range(l0, l1):
         acc = 0.0
         for k in range(length):
             g = gout[k, lane] if axis == 0 else gout[lane, k]
@@ -47,6 +74,27 @@ def softmax_backward(y, gout, dest, beta, axis, log):
             yv = y[k, lane] if axis == 0 else y[lane, k]
             d = g - math.exp(yv) * acc if log else yv * (g - acc)
             if axis == 0:
-                dest[k, lane] = d if beta == 0.0 else d + beta * dest[k, lane]
+                dest[k, lane] = d if beta == 0 else d + beta * dest[k, lane]
             else:
-                dest[lane, k] = d if beta == 0.0 else d + beta * dest[lane, k]
+                dest[lane, k] = d if beta == 0 else d + beta * dest[lane, k]
+
+
+@njit(cache=True, error_model="numpy")
+def softmax_backward(y, gout, dest, beta, axis, log):
+    """dest = J^T gout + beta * dest for y = softmax(x) (``log``: log_softmax):
+    softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g)."""
+    b = _cast_like(dest, beta)
+    lanes = y.shape[1] if axis == 0 else y.shape[0]
+    per, blocks = _lane_blocks(lanes, y.shape[axis])
+    for t in range(blocks):
+        _softmax_backward_lanes(y, gout, dest, b, axis, log, t * per, min(t * per + per, lanes))
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def softmax_backward_mt(y, gout, dest, beta, axis, log):
+    """``softmax_backward`` on threads: the same blocks of lanes, shared among them."""
+    b = _cast_like(dest, beta)
+    lanes = y.shape[1] if axis == 0 else y.shape[0]
+    per, blocks = _lane_blocks(lanes, y.shape[axis])
+    for t in prange(blocks):
+        _softmax_backward_lanes(y, gout, dest, b, axis, log, t * per, min(t * per + per, lanes))

@@ -1,20 +1,24 @@
 """CUDA matrix products: a tiled shared-memory GEMM."""
 from __future__ import annotations
 
-from numba import cuda, float64, types
+from numba import cuda, int64, types
 
+from .. import scalar
 from ._core import TILE, WPT, Config, array_type, empty, kernel, launch
+
+_unary = cuda.jit(device=True)(scalar.unary)
 
 
 @kernel("gemm", lambda dt: (array_type(dt, 2), array_type(dt, 2), array_type(dt, 2),
-                            types.boolean, types.boolean, float64, float64,
-                            array_type(dt, 1), types.boolean))
+                            types.boolean, types.boolean, dt, dt,
+                            array_type(dt, 1), types.boolean, int64, dt))
 def _gemm_source(config: Config, dtype):
     tile, wpt = config.tile, config.wpt
     bm = tile * wpt
 
-    def gemm_kernel(a, b, out, trans_a, trans_b, alpha, beta, bias, has_bias):
-        # out = alpha * op(a) @ op(b) + beta * out (+ bias[col] when has_bias)
+    def gemm_kernel(a, b, out, trans_a, trans_b, alpha, beta, bias, has_bias, code, p):
+        # out = f(alpha * op(a) @ op(b) + beta * out (+ bias[col] when has_bias)),
+        # f the unary ``code`` (IDENT: none) with parameter p
         sa = cuda.shared.array((bm, tile), dtype)    # sa[row, k]
         sb = cuda.shared.array((tile, bm), dtype)    # sb[k, col]
         acc = cuda.local.array((wpt, wpt), dtype)
@@ -69,7 +73,7 @@ def _gemm_source(config: Config, dtype):
                         v += beta * out[r, c]
                     if has_bias:
                         v += bias[c]
-                    out[r, c] = v
+                    out[r, c] = v if code == scalar.IDENT else _unary(code, v, p)
 
     return gemm_kernel
 
@@ -79,7 +83,8 @@ def _gemm_source(config: Config, dtype):
 _no_bias: dict = {}   # dtype -> a one-element array passed when there is no bias
 
 
-def _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, bias) -> None:
+def _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, bias, code=scalar.IDENT,
+                 p=0.0) -> None:
     m, n = out.shape
     if m == 0 or n == 0:
         return
@@ -89,8 +94,10 @@ def _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, bias) -> None:
         if bias is None:
             bias = _no_bias[out.dtype] = empty((1,), out.dtype)
     block = TILE * WPT
+    dt = out.dtype.type
     launch("gemm", out.dtype, (-(-n // block), -(-m // block)), (TILE, TILE),
-           a, b, out, bool(trans_a), bool(trans_b), float(alpha), float(beta), bias, has_bias)
+           a, b, out, bool(trans_a), bool(trans_b), dt(alpha), dt(beta), bias, has_bias,
+           int(code), dt(p))
 
 
 def gemm(a, b, out, trans_a, trans_b, alpha, beta) -> None:
@@ -98,6 +105,7 @@ def gemm(a, b, out, trans_a, trans_b, alpha, beta) -> None:
     _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, None)
 
 
-def linear(x, w, bias, out, has_bias) -> None:
-    """out = x @ w.T + bias: one GEMM launch with the bias added in its epilogue."""
-    _launch_gemm(x, w, out, False, True, 1.0, 0.0, bias if has_bias else None)
+def linear(x, w, bias, out, has_bias, code, p) -> None:
+    """out = f(x @ w.T + bias): one GEMM launch, the bias and the activation
+    ``code`` (see ``kernels.cpu.linear``) applied in its epilogue."""
+    _launch_gemm(x, w, out, False, True, 1.0, 0.0, bias if has_bias else None, code, p)
