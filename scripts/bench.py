@@ -49,6 +49,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+# torch first: numbagrad sets OMP_WAIT_POLICY=PASSIVE (unless set) for Numba's
+# OpenMP workers, and torch's own OpenMP runtime reads it when torch loads
+try:
+    import torch
+except ImportError:
+    torch = None
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 import numbagrad as ng
@@ -74,10 +81,6 @@ QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large"]
 QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps under a minute on two cores:
 QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 
-try:
-    import torch
-except ImportError:
-    torch = None
 
 
 def _jax():
