@@ -974,21 +974,22 @@ class _NjitEntry(_Entry):
             lines += ["    w = _win",
                       ("    if w.pos + 1 < w.accumulate_steps and w.hook is None and "
                        "w.mode != 'map' and w.average != 'samples':"),
-                      "        fz = 1", "    else:", "        fz = _begin()",
-                      "    try:", f"        v = _fn({', '.join(names)})",
-                      "    except ValueError:", "        _disarm()", "        return _EAGER",
-                      "    except BaseException:", "        _disarm()", "        raise"]
-        else:
-            lines += ["    try:", f"        v = _fn({', '.join(names)})",
-                      "    except ValueError:", "        return _EAGER"]
+                      f"        fz = {FusedUpdate.COUNT}", "    else:", "        fz = _begin()"]
+        # the step did not run: no window boundary stays armed
+        disarm = ["        _disarm()"] if fused is not None else []
+        lines += ["    try:", f"        v = _fn({', '.join(names)})",
+                  "    except ValueError:", *disarm, "        return _EAGER"]
+        if fused is not None:
+            lines += ["    except BaseException:", *disarm, "        raise"]
         lines += [f"    _p{k}._live = True" for k in range(len(self.state))]
         # a loss tensor nothing else holds (nor its array) is refilled, else a new one
         lines += ["    for loss in _ring:", ("        if _rc(loss) == _idle[0] and "
                                                 "_rc(loss._data) == _idle[1]:"),
                   "            loss._data[_index] = v", "            break", "    else:",
                   "        loss = _new(v)",
-                  *(["    if fz == 1:", "        w.mode = 'grad'", "        w.pos += 1",
-                     "    elif fz:", "        _commit()", "    else:", "        _step()"]
+                  *([f"    if fz == {FusedUpdate.COUNT}:", "        w.mode = 'grad'",
+                     "        w.pos += 1", f"    elif fz == {FusedUpdate.CLOSE}:",
+                     "        _commit()", "    else:", "        _step()"]
                     if fused is not None else ["    _step()"]),
                   "    return loss",
                   "", "", "def calibrate():",     # the same frame shape as the loop above

@@ -123,10 +123,8 @@ def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
     passes. ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of
     these activations.
     """
-    if activation is not None:
-        code, p = _activation(activation, negative_slope)
-        x, weight, bias = _linear_operands(x, weight, bias)
-        return _linear(x, weight, bias, *_linear_layout(x, weight), code, p)
+    code, p = (codes.IDENT, 0.0) if activation is None else _activation(activation,
+                                                                         negative_slope)
     # The common case (contiguous 2-D tensors of one device and dtype) skips
     # the general checks: this op runs twice per layer per micro-step.
     if type(x) is Tensor and type(weight) is Tensor and (bias is None or type(bias) is Tensor):
@@ -137,9 +135,8 @@ def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
                 and (bias is None or (bias._kern is kern and bias._data.dtype == xd.dtype
                                       and bias._data.shape == (ws[0],))) \
                 and kern.is_c_contiguous(xd) and kern.is_c_contiguous(wd):
-            return _linear(x, weight, bias, xd, wd, kern, xd, (xs[0], ws[0]))
-    x, weight, bias = _linear_operands(x, weight, bias)
-    return _linear(x, weight, bias, *_linear_layout(x, weight))
+            return _linear(x, weight, bias, xd, wd, kern, xd, (xs[0], ws[0]), code, p)
+    return _linear_checked(x, weight, bias, code, p)
 
 
 def _activation(activation: Any, negative_slope: Any) -> tuple[int, float]:
@@ -156,7 +153,7 @@ def _activation(activation: Any, negative_slope: Any) -> tuple[int, float]:
     return code, float(negative_slope)
 
 
-def _linear_operands(x: Any, weight: Any, bias: Any) -> tuple[Tensor, Tensor, Any]:
+def _linear_checked(x: Any, weight: Any, bias: Any, code: int, p: float) -> Tensor:
     op = "linear"
     x, weight = pair(x, weight, op, ("input", "weight"))
     if weight.ndim != 2 or x.ndim not in (1, 2):
@@ -171,19 +168,14 @@ def _linear_operands(x: Any, weight: Any, bias: Any) -> tuple[Tensor, Tensor, An
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
                              f"{describe(weight)}; expected shape ({weight.shape[0]},)")
-    return x, weight, bias
-
-
-def _linear_layout(x: Tensor, weight: Tensor) -> tuple:
-    """(xd, wd, kern, x2, out_shape): checked operands as ``_linear`` takes them."""
     xd, wd = contiguous(x), contiguous(weight)
-    x2 = xd if x.ndim == 2 else reshaped(xd, (1, x.shape[x.ndim - 1]))
+    x2 = xd if x.ndim == 2 else reshaped(xd, (1, features))
     out_shape = (x.shape[0], weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
-    return xd, wd, x._kern, x2, out_shape
+    return _linear(x, weight, bias, xd, wd, x._kern, x2, out_shape, code, p)
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, kern: Any,
-            x2: Any, out_shape: tuple, code: int = codes.IDENT, p: float = 0.0) -> Tensor:
+            x2: Any, out_shape: tuple, code: int, p: float) -> Tensor:
     dtype = xd.dtype
     out = buffers.take(kern, out_shape, dtype)
     out2 = out if len(out_shape) == 2 else reshaped(out, (1, out_shape[0]))

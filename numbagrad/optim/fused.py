@@ -20,6 +20,7 @@ from ..kernels.cpu import boundary as bk
 from ..kernels.cpu import optim as optim_kernels
 from ..tensor import Tensor
 from .optimizer import Optimizer
+from .window import CLIP_EPS
 
 
 class FusedUpdate:
@@ -83,7 +84,7 @@ class FusedUpdate:
             return self.PYTHON
         rule = self.rule
         values = (lr, 1.0 / win.accumulate_steps if win.average else 1.0,
-                  -1.0 if win.max_grad_norm is None else win.max_grad_norm,
+                  -1.0 if win.max_grad_norm is None else win.max_grad_norm, CLIP_EPS,
                   1.0 if win.nonfinite != "ignore" else 0.0,
                   rule.fused_parity(self.group, self.args), *rule.fused_hyper())
         if values != self.sent:

@@ -25,12 +25,11 @@ from numba import njit
 
 from .optim import _adam_serial, _cast_like, _sgd_serial, _sumsq_serial
 
-# ctl indices: set by the caller ...
-CLOSING, LR, SCALE, MAX_NORM, CHECK, PARITY, H0, H1, H2, H3 = range(10)
+# ctl indices: set by the caller (CLIP_EPS: what clipping adds to the norm) ...
+CLOSING, LR, SCALE, MAX_NORM, CLIP_EPS, CHECK, PARITY, H0, H1, H2, H3 = range(11)
 # ... and written here
-NORM, STATUS = 10, 11
-SIZE = 12
-CLIP_EPS = 1e-6   # as optim.window.CLIP_EPS (torch.nn.utils.clip_grad_norm_)
+NORM, STATUS = 11, 12
+SIZE = 13
 
 
 @njit(cache=True, error_model="numpy")
@@ -50,7 +49,7 @@ def _scale(g_body, sq, ctl):
     if not math.isfinite(norm) and ctl[CHECK] != 0:
         return -1.0
     if max_norm >= 0:
-        coef = max_norm / (norm + CLIP_EPS)
+        coef = max_norm / (norm + ctl[CLIP_EPS])
         if not coef >= 1.0:
             scale *= coef
     return scale
