@@ -381,7 +381,8 @@ def test_threaded_cpu_kernels_give_the_serial_bits(dt):
         results = []
         for kern in (getattr(cpu_optim, f"_{name}_serial"),
                      getattr(cpu_optim, f"_{name}_parallel")):
-            arrays = [a.copy() for a in (w, g, m, v)] + [np.empty_like(steps)]
+            # the step counts out (adam writes all; sgd none: zeros, not garbage, then)
+            arrays = [a.copy() for a in (w, g, m, v)] + [np.zeros_like(steps)]
             run(kern, arrays)
             results.append(arrays)
         for serial, threaded in zip(*results):
