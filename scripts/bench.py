@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import itertools
 import json
 import math
 import os
@@ -44,37 +43,20 @@ import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, ROOT)
-import numbagrad as ng
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_peers import (CASES, GROUPS, K, PEERS, calibrate,  # noqa: E402,F401
+                         compiled_step, floor_gemms, floor_step, initial_weights,
+                         numbagrad_step, numpy_step, run_calls, scipy_gemm, torch_step,
+                         transient_bytes)
 
-# After numbagrad, which sets OMP_WAIT_POLICY=PASSIVE (unless set) before any
-# OpenMP runtime loads: torch's then waits passively too. Imported first, its
-# runtime spins after each op, and Numba's workers, which may share it, spin
-# on the cores the next GEMM needs (measured: the 784-1024-1024-10 step 2x slower).
-try:
-    import torch
-except ImportError:
-    torch = None
-
-K = 4
-LR, MOMENTUM, BETAS, EPS = 1e-3, 0.9, (0.9, 0.999), 1e-8
 SPREAD_LIMIT = 0.20          # a cell whose IQR / median exceeds this marks its row
 
-CASES = {
-    "tiny": {"kind": "linear", "shape": (2, 3, 1)},           # (d_out, d_in, batch)
-    "small": {"kind": "linear", "shape": (64, 64, 32)},
-    "medium": {"kind": "linear", "shape": (256, 512, 128), "stall_check": True},
-    "large": {"kind": "linear", "shape": (1024, 1024, 512), "stall_check": True},
-    "mlp-small": {"kind": "mlp", "layers": (64, 64, 10), "batch": 32},
-    "mlp-large": {"kind": "mlp", "layers": (784, 1024, 1024, 10), "batch": 256,
-                  "stall_check": True},
-}
 # stall_check: the floor is also timed on one BLAS thread; when that beats all
 # threads by STALL_LIMIT, the BLAS threads are waiting for cores others hold.
 STALL_LIMIT = 1.25
@@ -83,17 +65,6 @@ QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large"]
 QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps under a minute on two cores:
 QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 
-
-
-def _jax():
-    """(jax, jax.numpy, optax), or None when not installed."""
-    try:
-        jax = importlib.import_module("jax")
-        optax = importlib.import_module("optax")
-    except ImportError:
-        return None
-    jax.config.update("jax_enable_x64", True)     # float64 rows stay float64
-    return jax, importlib.import_module("jax.numpy"), optax
 
 
 def describe(case: str) -> str:
@@ -121,451 +92,56 @@ def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[st
     return [(d, o) for d in dtypes for o in optimizers]
 
 
-# ------------------------------------------------------------------ problems
-def problem(case: str, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A linear case's W (d_out, d_in), X (d_in, batch), Y (d_out, batch)."""
-    d_out, d_in, batch = CASES[case]["shape"]
-    rng = np.random.default_rng(0)
-    W = (rng.normal(size=(d_out, d_in)) / np.sqrt(d_in)).astype(dtype)
-    X = rng.normal(size=(d_in, batch)).astype(dtype)
-    Y = rng.normal(size=(d_out, batch)).astype(dtype)
-    return W, X, Y
-
-
-def mlp_problem(case: str, dtype) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """An MLP case's [W1, b1, W2, b2, ...] (W (out, in), as torch), x (batch,
-    d_in) and integer labels (batch,)."""
-    sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
-    rng = np.random.default_rng(0)
-    params = []
-    for d_in, d_out in itertools.pairwise(sizes):
-        params.append((rng.normal(size=(d_out, d_in)) * np.sqrt(2.0 / d_in)).astype(dtype))
-        bound = 1.0 / np.sqrt(d_in)
-        params.append(rng.uniform(-bound, bound, size=d_out).astype(dtype))
-    x = rng.normal(size=(batch, sizes[0])).astype(dtype)
-    labels = rng.integers(0, sizes[-1], size=batch).astype(np.int64)
-    return params, x, labels
-
-
-def initial_weights(case: str, dtype) -> list[np.ndarray]:
-    """Every peer's starting weights, in the order ``.weights()`` returns them."""
-    if CASES[case]["kind"] == "linear":
-        return [problem(case, dtype)[0]]
-    return mlp_problem(case, dtype)[0]
-
-
-# ------------------------------------------------------------------ peers
-# Each maker returns a zero-argument micro-step (or None when the peer cannot
-# run here) with ``.weights()`` -> the current weights as host arrays (in
-# ``initial_weights`` order) and optionally ``.sync()`` for asynchronous peers.
-def _ng_setup(case, dtype, opt_kind, device):
-    """(loss_fn, inputs, optimizer, weights) for the eager and compiled peers."""
-    def optimizer(params):
-        if opt_kind == "sgd":
-            return ng.optim.SGD(params, lr=LR, momentum=MOMENTUM, accumulate_steps=K)
-        return ng.optim.Adam(params, lr=LR, betas=BETAS, eps=EPS, accumulate_steps=K)
-
-    if CASES[case]["kind"] == "linear":
-        w0, x0, y0 = problem(case, dtype)
-        W = ng.param(w0, device=device)
-        X, Y = ng.tensor(x0, device=device), ng.tensor(y0, device=device)
-        matmul, mse_loss = ng.matmul, ng.mse_loss
-
-        def loss_fn(x, y):
-            return mse_loss(matmul(W, x), y)
-        return loss_fn, (X, Y), optimizer([W]), lambda: [W.numpy()]
-
-    params, x0, labels = mlp_problem(case, dtype)
-    nn, layers, names = ng.nn, [], []
-    for i in range(len(params) // 2):
-        if layers:
-            layers.append(nn.ReLU())
-        d_out, d_in = params[2 * i].shape
-        names += [f"{len(layers)}.weight", f"{len(layers)}.bias"]
-        layers.append(nn.Linear(d_in, d_out, dtype=dtype, device=device,
-                                rng=np.random.default_rng(1)))
-    model = nn.Sequential(*layers)
-    model.load_state_dict(dict(zip(names, params)))
-    x = ng.tensor(x0, device=device)
-    cross_entropy = ng.cross_entropy
-
-    def loss_fn(x, labels):
-        return cross_entropy(model(x), labels)
-
-    def weights():
-        state = model.state_dict()
-        return [state[n] for n in names]
-    return loss_fn, (x, labels), optimizer(model.parameters()), weights
-
-
-def numbagrad_step(case, dtype, opt_kind, device) -> Callable[[], None]:
-    """ng ops recorded on ``ng.grad_tape()``, ``loss.backward()``, ``opt.step()``."""
-    loss_fn, (a, b), opt, weights = _ng_setup(case, dtype, opt_kind, device)
-    tape = ng.grad_tape
-
-    def micro_step():
-        with tape():
-            loss = loss_fn(a, b)
-        loss.backward()
-        opt.step()
-    micro_step.weights = weights
-    return micro_step
-
-
-def compiled_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
-    """``step = ng.compile(loss_fn, optimizer=opt)``; ``step(x, y)`` runs the
-    forward, backward and ``opt.step()`` (issue 10). None until ng.compile exists."""
-    if not hasattr(ng, "compile"):
-        return None
-    loss_fn, (a, b), opt, weights = _ng_setup(case, dtype, opt_kind, device)
-    step = ng.compile(loss_fn, optimizer=opt)
-
-    def micro_step():
-        step(a, b)
-    micro_step.weights = weights
-    return micro_step
-
-
-class _NumpyOptimizer:
-    """PyTorch's SGD (momentum) / Adam on one flat weight array, accumulating
-    K micro-steps' gradients in ``g`` (the mean is applied), no allocations."""
-
-    def __init__(self, w: np.ndarray, g: np.ndarray, opt_kind: str) -> None:
-        self.w, self.g, self.kind = w, g, opt_kind
-        self.m, self.v, self.tmp = np.zeros_like(w), np.zeros_like(w), np.empty_like(w)
-        self.pos = self.t = 0
-
-    def step(self) -> None:
-        self.pos += 1
-        if self.pos < K:
-            return
-        self.pos = 0
-        w, g, m, v, tmp = self.w, self.g, self.m, self.v, self.tmp
-        np.multiply(g, 1.0 / K, out=g)
-        if self.kind == "sgd":
-            m *= MOMENTUM
-            m += g
-            np.multiply(m, LR, out=tmp)
-        else:
-            self.t += 1
-            m *= BETAS[0]
-            np.multiply(g, 1 - BETAS[0], out=tmp)
-            m += tmp
-            v *= BETAS[1]
-            np.multiply(g, g, out=tmp)
-            tmp *= 1 - BETAS[1]
-            v += tmp
-            np.sqrt(v, out=tmp)
-            tmp /= math.sqrt(1 - BETAS[1] ** self.t)
-            tmp += EPS
-            np.divide(m, tmp, out=tmp)
-            tmp *= LR / (1 - BETAS[0] ** self.t)
-        w -= tmp
-        g.fill(0)
-
-
-def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
-    """The same math by hand in NumPy, with preallocated buffers (on the host
-    also for ``--device cuda``)."""
-    if CASES[case]["kind"] == "mlp":
-        return numpy_mlp_step(case, dtype, opt_kind)
-    W, X, Y = problem(case, dtype)
-    P, G, T = np.empty_like(Y), np.zeros_like(W), np.empty_like(W)
-    opt = _NumpyOptimizer(W.reshape(-1), G.reshape(-1), opt_kind)
-    c = 2.0 / Y.size
-
-    def micro_step():
-        np.matmul(W, X, out=P)
-        np.subtract(P, Y, out=P)                 # residual
-        loss = np.vdot(P, P) / P.size            # noqa: F841 (computed, as a step must)
-        np.multiply(P, c, out=P)                 # d loss / d pred
-        np.matmul(P, X.T, out=T)
-        np.add(G, T, out=G)
-        opt.step()
-    micro_step.weights = lambda: [W.copy()]
-    return micro_step
-
-
-def numpy_mlp_step(case, dtype, opt_kind) -> Callable[[], None]:
-    """Hand-written MLP: weights and gradients are views of two flat arrays
-    (one optimizer pass updates them all); every buffer is made once."""
-    params, x, labels = mlp_problem(case, dtype)
-    batch = x.shape[0]
-    flat_w = np.concatenate([p.ravel() for p in params])
-    flat_g = np.zeros_like(flat_w)
-    views_w, views_g, at = [], [], 0
-    for p in params:
-        views_w.append(flat_w[at:at + p.size].reshape(p.shape))
-        views_g.append(flat_g[at:at + p.size].reshape(p.shape))
-        at += p.size
-    Ws, bs, gWs, gbs = views_w[0::2], views_w[1::2], views_g[0::2], views_g[1::2]
-    n = len(Ws)
-    acts = [x] + [np.empty((batch, W.shape[0]), dtype) for W in Ws]  # post-ReLU; last: logits
-    deltas = [np.empty((batch, W.shape[0]), dtype) for W in Ws]      # d loss / d pre-activation
-    masks = [np.empty((batch, W.shape[0]), bool) for W in Ws[:-1]]
-    tmp_w = [np.empty_like(W) for W in Ws]
-    tmp_b = [np.empty_like(b) for b in bs]
-    row_max = np.empty((batch, 1), dtype)
-    row_sum = np.empty((batch, 1), dtype)
-    rows = np.arange(batch)
-    opt = _NumpyOptimizer(flat_w, flat_g, opt_kind)
-
-    def micro_step():
-        for i in range(n):
-            z = acts[i + 1]
-            np.matmul(acts[i], Ws[i].T, out=z)
-            z += bs[i]
-            if i < n - 1:
-                np.maximum(z, 0, out=z)
-        logits, d = acts[n], deltas[n - 1]
-        np.max(logits, axis=1, keepdims=True, out=row_max)
-        np.subtract(logits, row_max, out=d)
-        np.exp(d, out=d)
-        np.sum(d, axis=1, keepdims=True, out=row_sum)
-        loss = float(np.mean(np.log(row_sum[:, 0]) + row_max[:, 0]  # noqa: F841
-                             - logits[rows, labels]))
-        d /= row_sum                               # softmax
-        d[rows, labels] -= 1
-        d *= 1.0 / batch                           # d loss / d logits
-        for i in range(n - 1, -1, -1):
-            d = deltas[i]
-            np.matmul(d.T, acts[i], out=tmp_w[i])
-            gWs[i] += tmp_w[i]
-            np.sum(d, axis=0, out=tmp_b[i])
-            gbs[i] += tmp_b[i]
-            if i > 0:
-                np.matmul(d, Ws[i], out=deltas[i - 1])
-                np.greater(acts[i], 0, out=masks[i - 1])
-                np.multiply(deltas[i - 1], masks[i - 1], out=deltas[i - 1])
-        opt.step()
-    micro_step.weights = lambda: [p.copy() for p in views_w]
-    return micro_step
-
-
-def torch_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
-    """PyTorch eager: ``(loss / K).backward()``, ``opt.step()`` and
-    ``opt.zero_grad()`` every K calls."""
-    if torch is None or (device == "cuda" and not torch.cuda.is_available()):
-        return None
-    dev = "cuda" if device == "cuda" else "cpu"
-    if CASES[case]["kind"] == "linear":
-        w0, x0, y0 = problem(case, dtype)
-        W = torch.tensor(w0, device=dev, requires_grad=True)
-        a, b = torch.tensor(x0, device=dev), torch.tensor(y0, device=dev)
-        params = [W]
-        mse = torch.nn.functional.mse_loss
-
-        def loss_fn(x, y):
-            return mse(W @ x, y)
-    else:
-        ws, x0, labels = mlp_problem(case, dtype)
-        layers = []
-        for i in range(len(ws) // 2):
-            if layers:
-                layers.append(torch.nn.ReLU())
-            lin = torch.nn.Linear(ws[2 * i].shape[1], ws[2 * i].shape[0],
-                                  dtype=getattr(torch, str(np.dtype(dtype))), device=dev)
-            with torch.no_grad():
-                lin.weight.copy_(torch.from_numpy(ws[2 * i]))
-                lin.bias.copy_(torch.from_numpy(ws[2 * i + 1]))
-            layers.append(lin)
-        model = torch.nn.Sequential(*layers)
-        params = list(model.parameters())
-        a, b = torch.tensor(x0, device=dev), torch.tensor(labels, device=dev)
-        ce = torch.nn.functional.cross_entropy
-
-        def loss_fn(x, y):
-            return ce(model(x), y)
-    if opt_kind == "sgd":
-        opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
-    else:
-        opt = torch.optim.Adam(params, lr=LR, betas=BETAS, eps=EPS)
-    state = {"pos": 0}
-
-    def micro_step():
-        (loss_fn(a, b) / K).backward()
-        state["pos"] += 1
-        if state["pos"] == K:
-            state["pos"] = 0
-            opt.step()
-            opt.zero_grad()
-    micro_step.weights = lambda: [p.detach().cpu().numpy().copy() for p in params]
-    return micro_step
-
-
-def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
-    """``jax.jit`` of value_and_grad + an ``optax.MultiSteps`` update (which
-    applies the mean of K micro-steps' gradients), buffers donated."""
-    mods = _jax()
-    if mods is None:
-        return None
-    jax, jnp, optax = mods
-    platform_ = "gpu" if device == "cuda" else "cpu"
-    try:
-        dev = jax.devices(platform_)[0]
-    except RuntimeError:
-        return None
-    if CASES[case]["kind"] == "linear":
-        w0, x0, y0 = problem(case, dtype)
-        params = [w0]
-
-        def loss_fn(p, x, y):
-            return jnp.mean((p[0] @ x - y) ** 2)
-    else:
-        params, x0, y0 = mlp_problem(case, dtype)
-
-        def loss_fn(p, x, labels):
-            h = x
-            for i in range(0, len(p), 2):
-                h = h @ p[i].T + p[i + 1]
-                if i + 2 < len(p):
-                    h = jax.nn.relu(h)
-            return optax.softmax_cross_entropy_with_integer_labels(h, labels).mean()
-    base = (optax.sgd(LR, momentum=MOMENTUM) if opt_kind == "sgd"
-            else optax.adam(LR, b1=BETAS[0], b2=BETAS[1], eps=EPS))
-    tx = optax.MultiSteps(base, every_k_schedule=K, accumulator_dtype=np.dtype(dtype))
-    put = lambda a: jax.device_put(a, dev)
-    p = [put(w) for w in params]
-    x, y = put(x0), put(y0)
-    value_and_grad = jax.value_and_grad(loss_fn)
-
-    def step(p, s, x, y):
-        loss, grads = value_and_grad(p, x, y)
-        updates, s = tx.update(grads, s, p)
-        return optax.apply_updates(p, updates), s, loss
-    step = jax.jit(step, donate_argnums=(0, 1))
-    state = {"p": p, "s": tx.init(p)}
-
-    def micro_step():
-        state["p"], state["s"], _ = step(state["p"], state["s"], x, y)
-    micro_step.sync = lambda: jax.block_until_ready(state["p"])
-    micro_step.warmup_calls = 1        # the first call compiles both branches of the window
-    micro_step.weights = lambda: [np.array(w) for w in state["p"]]
-    return micro_step
-
-
-def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(a, b, out) for each GEMM a micro-step cannot avoid: the forward
-    products and each weight's gradient (and the gradient flowing into each
-    hidden layer); random data of the right shapes and layouts."""
-    rng = np.random.default_rng(0)
-
-    def rand(*shape):
-        return rng.normal(size=shape).astype(dtype)
-    if CASES[case]["kind"] == "linear":
-        W, X, _ = problem(case, dtype)
-        P, G = np.empty((W.shape[0], X.shape[1]), dtype), np.empty_like(W)
-        return [(W, X, P), (P, X.T, G)]
-    sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
-    Ws = [rand(o, i) for i, o in itertools.pairwise(sizes)]
-    acts = [rand(batch, s) for s in sizes]
-    out = [(acts[i], Ws[i].T, acts[i + 1]) for i in range(len(Ws))]          # forward
-    for i in range(len(Ws) - 1, -1, -1):
-        delta = rand(batch, sizes[i + 1])
-        out.append((delta.T, acts[i], np.empty_like(Ws[i])))                # dW
-        if i > 0:
-            out.append((delta, Ws[i], np.empty((batch, sizes[i]), dtype)))  # d input
-    return out
-
-
-def floor_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
-    """Only the unavoidable GEMMs, into preallocated outputs (NumPy's BLAS;
-    cuBLAS through PyTorch for ``--device cuda``)."""
-    gemms = floor_gemms(case, dtype)
-    if device == "cuda":
-        if torch is None or not torch.cuda.is_available():
-            return None
-        gemms = [tuple(torch.as_tensor(np.ascontiguousarray(t), device="cuda") if i < 2
-                       else torch.empty(t.shape, dtype=getattr(torch, str(np.dtype(dtype))),
-                                        device="cuda") for i, t in enumerate(g)) for g in gemms]
-        matmul = torch.matmul
-    else:
-        matmul = np.matmul
-
-    def micro_step():
-        for a, b, out in gemms:
-            matmul(a, b, out=out)
-    micro_step.warmup_calls = 1
-    return micro_step
-
-
-_CONTROLLER = []
-
-
-def one_blas_thread(fn: Callable[[], None]) -> Callable[[], None] | None:
-    """``fn`` run with every BLAS limited to one thread (threadpoolctl), or
-    None when the BLAS runs one thread anyway or threadpoolctl is missing."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
-    if not _CONTROLLER:
-        _CONTROLLER.append(ThreadpoolController())
-    ctl = _CONTROLLER[0]
-    if all(lib.num_threads <= 1 for lib in ctl.select(user_api="blas").lib_controllers):
-        return None
-
-    def micro_step():
-        with ctl.limit(limits=1, user_api="blas"):
-            fn()
-    micro_step.warmup_calls = 1
-    return micro_step
-
-
-PEERS = {"numbagrad": numbagrad_step, "numbagrad compiled": compiled_step,
-         "numpy": numpy_step, "torch": torch_step, "jax": jax_step, "floor": floor_step}
 SUBJECTS = ("numbagrad", "numbagrad compiled")      # the ones whose ratios are reported
 SHORT = {"numbagrad": "ng", "numbagrad compiled": "ngc", "numpy": "numpy", "torch": "torch",
-         "jax": "jax", "floor": "floor"}
+         "torch compiled": "tc", "jax": "jax", "floor": "floor"}
 DESCRIPTION = {
     "numbagrad": "ng ops on ng.grad_tape(), loss.backward(), opt.step()",
     "numbagrad compiled": "step = ng.compile(loss_fn, optimizer=opt); step(x, y)",
     "numpy": "the same math written by hand in NumPy, preallocated buffers",
-    "torch": "PyTorch eager, (loss / K).backward(), opt.step() + zero_grad() every K",
+    "torch": ("PyTorch eager, (loss / K).backward(), opt.step() + zero_grad() every K; "
+              "on 1 thread and on its default count, the faster kept (the row says which)"),
+    "torch compiled": ("the same with the loss function through torch.compile (inductor), "
+                       "compiled before timing"),
     "jax": "jax.jit(value_and_grad + optax.MultiSteps update), donated buffers",
     "floor": "only the GEMMs a micro-step cannot avoid (forward, weight and hidden "
-             "gradients), NumPy's BLAS, timed alone: a lower bound, not a competitor",
+             "gradients), SciPy's BLAS (numbagrad's), timed alone: a lower bound, "
+             "not a competitor",
 }
+# The variables these machines set for old OpenBLAS builds, which force an
+# older kernel on newer CPUs (AVX2's Haswell on AVX-512: GEMMs at half speed).
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+SETTLE_S = 0.005    # pause between two samples: the last process's spinning threads sleep
 
 
-def available_peers() -> list[str]:
-    """The peers this machine can run (a row may still lack one)."""
-    names = ["numbagrad"]
-    if hasattr(ng, "compile"):
-        names.append("numbagrad compiled")
-    names.append("numpy")
-    if torch is not None:
-        names.append("torch")
-    if _jax() is not None:
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def available_peers(torch_compile: bool = True) -> list[str]:
+    """The peers whose libraries are installed (a row may still lack one);
+    found without importing them: this process imports none of the peers."""
+    names = ["numbagrad", "numbagrad compiled", "numpy"]
+    if _installed("torch"):
+        names += ["torch"] + (["torch compiled"] if torch_compile else [])
+    if _installed("jax") and _installed("optax"):
         names.append("jax")
     return names + ["floor"]
 
 
 # ------------------------------------------------------------------ timing
 def sync_for(device: str) -> Callable[[], None]:
+    """Drain the device for in-process timing (gpu_check.py, --in-process)."""
     if device != "cuda":
         return lambda: None
+    import numbagrad as ng
+    torch = sys.modules.get("torch")
 
     def sync():
         ng.cuda.synchronize()
         if torch is not None and torch.cuda.is_available():
             torch.cuda.synchronize()
     return sync
-
-
-WARMUP_S = 0.02
-
-
-def _run(fn: Callable[[], None], n: int, sync: Callable[[], None]) -> float:
-    """Seconds per call over n calls, the device and the peer drained."""
-    done = getattr(fn, "sync", None)
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    if done is not None:
-        done()
-    sync()
-    return (time.perf_counter() - start) / n
 
 
 def summarize(samples: list[float], calls: int) -> dict:
@@ -575,40 +151,111 @@ def summarize(samples: list[float], calls: int) -> dict:
             "samples_s": list(samples), "calls_per_sample": calls}
 
 
-def interleaved(fns: dict[str, Callable[[], None]], repeats: int, min_time: float,
-                sync: Callable[[], None]) -> dict[str, dict]:
+class Local:
+    """A peer timed in this process (``--in-process``, tests, gpu_check.py)."""
+
+    def __init__(self, fn: Callable[[], None], sync: Callable[[], None]) -> None:
+        self.fn, self.sync, self.calls = fn, sync, 0
+
+    def prepare(self, min_time: float, repeats: int) -> dict:
+        self.calls, first = calibrate(self.fn, min_time, repeats, self.sync)
+        return {"calls": self.calls, "first": first}
+
+    def sample(self) -> float:
+        return run_calls(self.fn, self.calls, self.sync)
+
+    def bytes(self) -> int:
+        return transient_bytes(self.fn)
+
+
+class WorkerError(RuntimeError):
+    """A peer process failed or answered with an error."""
+
+
+class Worker:
+    """A process serving one group of peers (``bench_peers.py --serve``)."""
+
+    def __init__(self, group: str, env: dict[str, str], threads: int | None = None) -> None:
+        self.group = group
+        self.log = tempfile.TemporaryFile("w+")
+        cmd = [sys.executable, os.path.join(HERE, "bench_peers.py"), "--serve", group]
+        if threads:
+            cmd += ["--threads", str(threads)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env, text=True, bufsize=1)
+
+    def call(self, cmd: str, **kwargs):
+        try:
+            self.proc.stdin.write(json.dumps({"cmd": cmd, **kwargs}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            raise WorkerError(f"the {self.group} process died:\n{self.stderr_tail()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise WorkerError(reply["error"])
+        return reply["ok"]
+
+    def stderr_tail(self, chars: int = 2000) -> str:
+        self.log.seek(0)
+        return self.log.read()[-chars:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self.log.close()
+
+
+class Remote:
+    """A peer timed in its group's process."""
+
+    def __init__(self, worker: Worker, name: str) -> None:
+        self.worker, self.name = worker, name
+
+    def prepare(self, min_time: float, repeats: int) -> dict:
+        return self.worker.call("prepare", name=self.name, min_time=min_time, repeats=repeats)
+
+    def sample(self) -> float:
+        time.sleep(SETTLE_S)
+        return self.worker.call("sample", name=self.name)
+
+    def bytes(self) -> int:
+        return self.worker.call("bytes", name=self.name)
+
+
+def interleaved(peers: dict, repeats: int, min_time: float,
+                sync: Callable[[], None] = lambda: None) -> dict[str, dict]:
     """Time every peer in rounds (A B C D, B C D A, ...); each sample runs a
     whole number of K-call windows for at least ``min_time`` seconds.
 
-    Each peer first runs a warm-up (``fn.warmup_calls``, default one window:
-    compiles, fills pools and optimizer state), a window, and, when that was
-    short, one run of ``WARMUP_S`` (JAX's dispatch needs a few hundred calls
-    in a row to reach its steady speed); then a calibration pass; when
-    that pass is already one sample's worth of a slow call (>= 1 ms a call)
-    it counts as the peer's first-round sample, as the calibration passes
-    themselves run peer after peer like a round."""
+    ``peers`` maps a name to a ``Local``/``Remote`` peer or to a plain
+    callable (timed here). Each is first warmed up and calibrated (see
+    ``bench_peers.calibrate``); a calibration pass that already was one
+    sample of a slow call counts as its first-round sample, as the
+    calibration passes themselves run peer after peer like a round."""
+    handles = {n: p if hasattr(p, "prepare") else Local(p, sync) for n, p in peers.items()}
     calls: dict[str, int] = {}
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for name, fn in fns.items():
-        _run(fn, getattr(fn, "warmup_calls", K), sync)
-        window = K * _run(fn, K, sync)
-        if window < WARMUP_S:
-            _run(fn, K * int(WARMUP_S / window), sync)
-        n = K
-        while True:
-            per_call = _run(fn, n, sync)
-            if n * per_call >= min(2e-3, min_time) or n >= 1 << 16:
-                break
-            n *= 4
-        calls[name] = K * max(1, math.ceil(min_time / (max(per_call, 1e-9) * K)))
-        if calls[name] == n and per_call >= 1e-3 and repeats > 1:
-            samples[name].append(per_call)
-    names = list(fns)
+    extra: dict[str, dict] = {}
+    samples: dict[str, list[float]] = {name: [] for name in handles}
+    for name, handle in handles.items():
+        prep = handle.prepare(min_time, repeats)
+        calls[name] = prep["calls"]
+        if prep.get("first") is not None:
+            samples[name].append(prep["first"])
+        extra[name] = {k: v for k, v in prep.items() if k not in ("calls", "first")}
+    names = list(handles)
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             if len(samples[name]) < repeats:
-                samples[name].append(_run(fns[name], calls[name], sync))
-    return {name: summarize(samples[name], calls[name]) for name in names}
+                samples[name].append(handles[name].sample())
+    return {name: {**summarize(samples[name], calls[name]), **extra[name]} for name in names}
 
 
 def measure(fn: Callable[[], None], repeats: int, min_time: float,
@@ -618,29 +265,15 @@ def measure(fn: Callable[[], None], repeats: int, min_time: float,
     return s["best_s"], s["median_s"]
 
 
-def transient_bytes(fn: Callable[[], None], steps: int = K) -> int:
-    """Most memory (traced by tracemalloc) one call of a warm ``fn`` needs."""
-    worst = 0
-    tracemalloc.start()
-    try:
-        for _ in range(steps):
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            fn()
-            worst = max(worst, tracemalloc.get_traced_memory()[1] - base)
-    finally:
-        tracemalloc.stop()
-    return worst
-
-
 def rounds_of(case: str, args) -> int:
     if args.quick and not args.repeats_given:
         return QUICK_ROUNDS.get(case, args.repeats)
     return args.repeats
 
 
-def measure_row(case: str, dtype: str, opt_kind: str, args, peers: list[str]) -> dict:
-    start = time.perf_counter()
+def _local_peers(case: str, dtype: str, opt_kind: str, args, peers: list[str]
+                 ) -> tuple[dict, dict]:
+    """(name -> Local, name -> error) for ``--in-process``: every maker here."""
     sync = sync_for(args.device)
     fns, notes = {}, {}
     for name in peers:
@@ -651,16 +284,53 @@ def measure_row(case: str, dtype: str, opt_kind: str, args, peers: list[str]) ->
                 raise
             fn, notes[name] = None, f"{type(exc).__name__}: {exc}"
         if fn is not None:
-            fns[name] = fn
+            fns[name] = Local(fn, sync)
     if args.device == "cpu" and CASES[case].get("stall_check") and "floor" in fns:
-        single = one_blas_thread(fns["floor"])
+        single = one_blas_thread(fns["floor"].fn)
         if single is not None:
-            fns["floor 1 thread"] = single
-    # Every framework's import lives in this one process: freezing what exists
-    # keeps the collector from walking all of them in each peer's collections.
+            fns["floor 1 thread"] = Local(single, sync)
     gc.collect()
-    gc.freeze()
-    stats = interleaved(fns, rounds_of(case, args), args.min_time, sync)
+    return fns, notes
+
+
+def _remote_peers(case: str, dtype: str, opt_kind: str, args, peers: list[str],
+                  workers: dict[str, Worker]) -> tuple[dict, dict]:
+    """(name -> Remote, name -> error): each group's process builds its peers."""
+    handles, notes = {}, {}
+    for group, members in GROUPS.items():
+        wanted = [p for p in peers if p in members]
+        if not wanted or group not in workers:
+            continue
+        try:
+            got = workers[group].call("setup", case=case, dtype=dtype, opt=opt_kind,
+                                      device=args.device, peers=wanted,
+                                      stall_check=bool(CASES[case].get("stall_check")))
+        except WorkerError as exc:
+            notes.update({p: str(exc) for p in wanted})
+            continue
+        notes.update(got["errors"])
+        handles.update({name: Remote(workers[group], name) for name in got["peers"]})
+    if "numbagrad" not in handles:
+        raise RuntimeError(f"numbagrad could not run {case} {dtype} {opt_kind}: "
+                           f"{notes.get('numbagrad', 'no numbagrad process')}")
+    return handles, notes
+
+
+def one_blas_thread(fn: Callable[[], None]) -> Callable[[], None] | None:
+    """``bench_peers.one_blas_thread`` (kept here for the tests to replace)."""
+    from bench_peers import one_blas_thread as limited
+    return limited(fn)
+
+
+def measure_row(case: str, dtype: str, opt_kind: str, args, peers: list[str],
+                workers: dict[str, Worker] | None = None) -> dict:
+    start = time.perf_counter()
+    if workers is None:
+        handles, notes = _local_peers(case, dtype, opt_kind, args, peers)
+        gc.freeze()
+    else:
+        handles, notes = _remote_peers(case, dtype, opt_kind, args, peers, workers)
+    stats = interleaved(handles, rounds_of(case, args), args.min_time)
     row = {"case": case, "size": describe(case), "shape": CASES[case].get("shape"),
            "layers": CASES[case].get("layers"), "batch": CASES[case].get("batch"),
            "dtype": dtype, "optimizer": opt_kind, "k": K, "device": args.device,
@@ -672,8 +342,8 @@ def measure_row(case: str, dtype: str, opt_kind: str, args, peers: list[str]) ->
         row["errors"] = notes
     if args.device == "cpu":
         for name in ("numbagrad", "numbagrad compiled", "numpy"):
-            if name in fns:
-                row[name.replace(" ", "_") + "_bytes"] = transient_bytes(fns[name])
+            if name in handles:
+                row[name.replace(" ", "_") + "_bytes"] = handles[name].bytes()
     best = {n: s["best_s"] for n, s in stats.items()}
     row["ratios"] = {f"{a}/{b}": best[a] / best[b] for a in SUBJECTS if a in best
                      for b in peers if b in best and b not in SUBJECTS}
@@ -682,7 +352,8 @@ def measure_row(case: str, dtype: str, opt_kind: str, args, peers: list[str]) ->
     if "floor 1 thread" in best and best["floor 1 thread"] * STALL_LIMIT < best["floor"]:
         flags.append(f"BLAS threads stalled (floor {fmt_us(best['floor'])} µs, "
                      f"{fmt_us(best['floor 1 thread'])} µs on one thread)")
-    if "floor" in best:   # the floor is NumPy's BLAS: only peers on the same BLAS
+    if "floor" in best and CASES[case].get("stall_check"):
+        # GEMM-bound cases only: tiny GEMMs run as plain loops, below the BLAS call cost
         flags += [f"{n} below its floor ({best[n] / best['floor']:.2f}x)"
                   for n in ("numbagrad", "numbagrad compiled", "numpy")
                   if n in best and best[n] < best["floor"] and args.device == "cpu"]
@@ -707,11 +378,11 @@ print(time.perf_counter() - t0)
 """
 
 
-def first_step_times() -> dict[str, dict[str, float]]:
+def first_step_times(env: dict[str, str]) -> dict[str, dict[str, float]]:
     """Import + first micro-step in fresh processes: cold, then warm cache."""
     out = {}
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=ROOT)
+        env = dict(env, NUMBA_CACHE_DIR=cache, PYTHONPATH=ROOT)
         for label in ("cold", "warm"):
             start = time.perf_counter()
             run = subprocess.run([sys.executable, "-c", FIRST_STEP], env=env, check=True,
@@ -721,25 +392,22 @@ def first_step_times() -> dict[str, dict[str, float]]:
     return out
 
 
-def dp_allreduce_share(ranks: int = 2) -> dict | None:
+def dp_allreduce_share(env: dict[str, str], ranks: int = 2) -> dict | None:
     """Run scripts/train_dp.py --bench on local MPI ranks; None if no MPI."""
-    here = os.path.dirname(os.path.abspath(__file__))
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) \
         or shutil.which("mpiexec")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
+    if not _installed("mpi4py"):
         mpiexec = None
     if mpiexec is None:
         print("  skipped: mpi4py or mpiexec missing (pip install numbagrad[mpi] mpich)")
         return None
     threads = str(max(1, (os.cpu_count() or 1) // ranks))
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
+    env = dict(env, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
                UCX_TLS="self,sm", UCX_NET_DEVICES="lo", HYDRA_IFACE="lo")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "dp.json")
         run_ = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py",
-                               os.path.join(here, "train_dp.py"), "--bench", "--json", out],
+                               os.path.join(HERE, "train_dp.py"), "--bench", "--json", out],
                               env=env, capture_output=True, text=True, timeout=300,
                               stdin=subprocess.DEVNULL, check=False)
         if run_.returncode != 0:
@@ -751,7 +419,50 @@ def dp_allreduce_share(ranks: int = 2) -> dict | None:
     return {"ranks": ranks, "share": result["allreduce_share"], "threads_per_rank": threads}
 
 
-# ------------------------------------------------------------------ machine
+# ------------------------------------------------------------------ machine and BLAS
+BLAS_PROBE = ("import json, numpy, scipy.linalg, threadpoolctl; print(json.dumps("
+              "[lib.get('architecture') for lib in threadpoolctl.threadpool_info()"
+              " if lib['user_api'] == 'blas']))")
+
+
+def blas_kernels(env: dict[str, str]) -> list[str] | None:
+    """The OpenBLAS kernels NumPy's and SciPy's BLAS pick in a process with
+    ``env`` (threadpoolctl's ``architecture``), or None without threadpoolctl."""
+    if not _installed("threadpoolctl"):
+        return None
+    run = subprocess.run([sys.executable, "-c", BLAS_PROBE], env=env, capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL, check=False, timeout=120)
+    return json.loads(run.stdout) if run.returncode == 0 else None
+
+
+def blas_environment(keep: bool) -> tuple[dict[str, str], dict]:
+    """(the environment the peers' processes get, what was found and done).
+
+    When ``OPENBLAS_CORETYPE`` (or ``OPENBLAS_L2_SIZE``) is set, the kernel it
+    forces is compared with the one OpenBLAS picks for this CPU by itself; if
+    they differ the run warns and, unless ``keep``, runs its children without
+    those variables, as the library's users run."""
+    env = dict(os.environ)
+    found = {k: env[k] for k in BLAS_ENV if k in env}
+    report = {"variables": found, "kept": keep, "forced": None, "native": None,
+              "removed": False, "warning": None}
+    if not found:
+        return env, report
+    native_env = {k: v for k, v in env.items() if k not in BLAS_ENV}
+    report["forced"], report["native"] = blas_kernels(env), blas_kernels(native_env)
+    if report["forced"] != report["native"]:
+        what = " ".join(f"{k}={v}" for k, v in found.items())
+        report["warning"] = (f"WARNING: {what} forces OpenBLAS kernel(s) {report['forced']}; "
+                             f"this CPU's own is {report['native']}"
+                             + ("; kept (--keep-blas-env): every BLAS figure is slower than "
+                                "users see" if keep else
+                                "; the peers run without those variables (--keep-blas-env "
+                                "keeps them)"))
+    if not keep:
+        env, report["removed"] = native_env, True
+    return env, report
+
+
 def machine_info() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -764,32 +475,40 @@ def machine_info() -> dict:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
-    blas = []
-    try:
-        from threadpoolctl import threadpool_info
-        blas = [{k: lib.get(k) for k in ("user_api", "internal_api", "version",
-                                          "num_threads", "architecture", "filepath")}
-                for lib in threadpool_info()]
-    except ImportError:
-        pass
-    versions = {"python": platform.python_version(), "numbagrad": ng.__version__}
-    for mod in ("numpy", "numba", "llvmlite", "scipy", "torch", "jax", "jaxlib", "optax"):
-        m = sys.modules.get(mod)
-        if m is None and mod in ("jax", "jaxlib", "optax") and _jax() is not None:
-            m = importlib.import_module(mod)
-        versions[mod] = getattr(m, "__version__", None) if m is not None else None
+    from importlib import metadata
+    versions = {"python": platform.python_version()}
+    for name in ("numbagrad", "numpy", "numba", "llvmlite", "scipy", "torch", "jax", "jaxlib",
+                 "optax"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
     return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable,
-            "platform": platform.platform(), "blas": blas, "versions": versions,
-            "torch_threads": torch.get_num_threads() if torch is not None else None}
+            "platform": platform.platform(), "versions": versions, "processes": {}}
 
 
 def blas_summary(info: dict) -> str:
-    """NumPy's BLAS (the floor's), as threadpoolctl names it."""
-    blas = [lib for lib in info["blas"] if lib["user_api"] == "blas"]
-    mine = [lib for lib in blas if "numpy" in (lib["filepath"] or "")] or blas
+    """The BLAS numbagrad's process runs (SciPy's: numbagrad's GEMMs and the
+    floor's), as threadpoolctl names it, with its kernel."""
+    libs = [lib for p in info.get("processes", {}).values() for lib in p.get("blas", [])
+            if lib["user_api"] == "blas"]
+    mine = [lib for lib in libs if "scipy" in (lib["filepath"] or "")] or libs
     if not mine:
         return "BLAS unknown (pip install threadpoolctl)"
-    return f"{mine[0]['internal_api']} {mine[0]['version']} ({mine[0]['num_threads']} threads)"
+    lib = mine[0]
+    return (f"{lib['internal_api']} {lib['version']}, kernel {lib['architecture']} "
+            f"({lib['num_threads']} threads)")
+
+
+def process_summary(info: dict) -> list[str]:
+    """One line per peer process: its BLAS libraries, versions and kernels."""
+    out = []
+    for group, p in info.get("processes", {}).items():
+        libs = ", ".join(f"{os.path.basename(lib['filepath'] or '?')} {lib['version']} "
+                         f"kernel {lib['architecture']}, {lib['num_threads']} threads"
+                         for lib in p.get("blas", []) if lib["user_api"] == "blas")
+        out.append(f"  {group:<15} {libs or 'no BLAS that threadpoolctl sees'}")
+    return out
 
 
 # ------------------------------------------------------------------ report
@@ -1015,7 +734,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"cases {' '.join(QUICK_CASES)} (large in float32 only), "
-                             f"short rounds: under a minute on two cores")
+                             f"short rounds, torch.compile on the MLP cases only: a few "
+                             f"minutes on two cores")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--cases", nargs="+", default=None, choices=list(CASES))
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"],
@@ -1030,6 +750,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="limit every peer's thread pools (BLAS, OpenMP, torch, XLA) to N; "
                              "default: each library's own default")
+    parser.add_argument("--no-torch-compile", action="store_true",
+                        help="leave out the torch.compile peer (it compiles for 10-60 s a row)")
+    parser.add_argument("--keep-blas-env", action="store_true",
+                        help="run the peers with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE as set, "
+                             "even when they force an older kernel than this CPU's")
+    parser.add_argument("--in-process", action="store_true",
+                        help="time every peer in this one process (how 0.2 measured; the "
+                             "libraries then change each other's speed): for debugging")
     parser.add_argument("--no-first-step", action="store_true",
                         help="skip the fresh-process first-step timings")
     parser.add_argument("--no-dp", action="store_true",
@@ -1046,11 +774,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def limit_threads(n: int) -> None:
-    """Every peer's thread pools to n threads (before JAX is imported)."""
-    if n == 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                                   + " --xla_cpu_multi_thread_eigen=false"
-                                   " intra_op_parallelism_threads=1").strip()
+    """This process's thread pools to n threads (``--in-process``; a peer
+    process limits its own with ``bench_peers.limit_threads``)."""
+    from bench_peers import limit_threads as limit_env
+    limit_env(n)
+    torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(n)
     try:
@@ -1060,21 +788,58 @@ def limit_threads(n: int) -> None:
         print("threadpoolctl not installed: --threads cannot limit the BLAS")
 
 
+def peers_of(case: str, args, peers: list[str]) -> list[str]:
+    """A row's peers: ``--quick`` compiles with torch.compile for the MLPs only."""
+    if args.quick and CASES[case]["kind"] != "mlp":
+        return [p for p in peers if p != "torch compiled"]
+    return peers
+
+
+def start_workers(peers: list[str], env: dict[str, str], args) -> dict[str, Worker]:
+    """One process per group of ``peers``, started together (their imports overlap)."""
+    groups = [g for g, members in GROUPS.items() if any(p in members for p in peers)]
+    return {g: Worker(g, env, args.threads) for g in groups}
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
-    if args.threads:
-        limit_threads(args.threads)
-    peers = available_peers()
+    peers = available_peers(torch_compile=not args.no_torch_compile)
     info = machine_info()
+    env, blas_report = blas_environment(args.keep_blas_env)
+    info["blas_environment"] = blas_report
+    workers = None
+    if args.in_process:
+        if args.threads:
+            limit_threads(args.threads)
+    else:
+        workers = start_workers(peers, env, args)
+    try:
+        return _main(args, peers, info, env, workers)
+    finally:
+        for worker in (workers or {}).values():
+            worker.close()
+
+
+def _main(args, peers: list[str], info: dict, env: dict[str, str],
+          workers: dict[str, Worker] | None) -> dict:
     v = info["versions"]
+    if workers is not None:
+        info["processes"] = {g: w.call("info") for g, w in workers.items()}
     print(f"numbagrad micro-step benchmark on {info['cpu']}, {info['usable_cores']} of "
-          f"{info['cores']} cores, NumPy's BLAS {blas_summary(info)}")
-    print("numbagrad {numbagrad} | numpy {numpy} | numba {numba} | torch {torch} | "
-          "jax {jax} | optax {optax}".format(**{k: v.get(k) or "not installed" for k in v})
+          f"{info['cores']} cores, numbagrad's BLAS {blas_summary(info)}")
+    print("numbagrad {numbagrad} | numpy {numpy} | numba {numba} | scipy {scipy} | "
+          "torch {torch} | jax {jax} | optax {optax}".format(
+              **{k: v.get(k) or "not installed" for k in v})
           + f" | device {args.device} | {args.repeats} rounds of >= {args.min_time * 1e3:g} ms"
           + (f" | threads limited to {args.threads}" if args.threads else ""))
-    if "numbagrad compiled" not in peers:
-        print("(ng.compile not in this numbagrad: no 'numbagrad compiled' column)")
+    if workers is None:
+        print("every peer in this one process (--in-process): the libraries change each "
+              "other's threads and speed")
+    else:
+        print("each peer group in a process of its own, with its library's defaults:")
+        print("\n".join(process_summary(info)))
+    if info["blas_environment"]["warning"]:
+        print(info["blas_environment"]["warning"])
     items = legend(args, peers)
     print_legend(items)
     cols = columns(peers)
@@ -1085,21 +850,27 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{case}: {describe(case)}"
               + (f" ({rounds} rounds)" if rounds != args.repeats else ""), flush=True)
         for dtype, opt_kind in rows_of(case, args.dtypes, args.optimizers, args.quick):
-            row = measure_row(case, dtype, opt_kind, args, peers)
+            row = measure_row(case, dtype, opt_kind, args, peers_of(case, args, peers),
+                              workers)
             rows.append(row)
             print(line(table_cells(row, peers), cols), flush=True)
             for name, err in row.get("errors", {}).items():
-                print(f"    ({name} could not run: {err})")
+                print(f"    ({name} could not run: {err.strip().splitlines()[-1]})")
+            threads = {n: row[n]["threads"] for n in peers if row.get(n) and "threads" in row[n]}
+            if threads:
+                print("    (" + "; ".join(f"{n} on {t} thread{'s' * (t > 1)}"
+                                          for n, t in threads.items()) + ")")
     result = {"machine": info, "settings": {"repeats": args.repeats, "min_time_s": args.min_time,
                                             "k": K, "device": args.device,
                                             "spread_limit": SPREAD_LIMIT, "quick": args.quick,
-                                            "threads": args.threads},
+                                            "threads": args.threads,
+                                            "in_process": args.in_process},
               "peers": peers, "legend": dict(items), "rows": rows}
     if not args.no_first_step and args.device == "cpu":
         print("\nfirst micro-step in a fresh process (2 runs: empty then filled Numba cache; "
               "takes 10-30 s)...", flush=True)
         start = time.perf_counter()
-        result["first_step"] = first_step_times()
+        result["first_step"] = first_step_times(env)
         result["first_step"]["seconds"] = time.perf_counter() - start
         for label in ("cold", "warm"):
             t = result["first_step"][label]
@@ -1109,7 +880,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("\nallreduce share of a data-parallel window (2 MPI ranks, 1024x1024 float32 "
               "Adam, k=4; takes about 10 s)...", flush=True)
         start = time.perf_counter()
-        result["data_parallel"] = dp_allreduce_share()
+        result["data_parallel"] = dp_allreduce_share(env)
         if result["data_parallel"]:
             result["data_parallel"]["seconds"] = time.perf_counter() - start
     result["verdict"] = verdict(rows, peers)

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench
 
 QUICK = ["--cases", "tiny", "--dtypes", "float64", "--repeats", "1", "--min-time", "0",
-         "--no-first-step", "--no-dp"]
+         "--no-first-step", "--no-dp", "--no-torch-compile"]
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -44,6 +44,70 @@ def test_bench_reports_every_system_ratio_legend_and_verdict(tmp_path, device, c
     assert result["machine"]["cores"] >= 1 and result["machine"]["versions"]["numpy"]
     if device == "cpu":
         assert rows[0]["floor"]["best_s"] > 0 and "numbagrad_bytes" in rows[0]
+
+
+PARENT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import bench
+result = bench.main(sys.argv[2:])
+print(json.dumps({"modules": sorted(m for m in ("numbagrad", "numba", "torch", "jax")
+                                    if m in sys.modules),
+                  "processes": result["machine"]["processes"],
+                  "torch": result["rows"][0]["torch"]}))
+"""
+
+
+def test_each_peer_group_runs_in_a_process_of_its_own(tmp_path):
+    # The parent imports no peer library; every group reports its own pid,
+    # BLAS libraries and kernel; PyTorch's row says how many threads it kept.
+    pytest.importorskip("torch")
+    run = subprocess.run([sys.executable, "-c", PARENT, str(ROOT / "scripts"), *QUICK,
+                          "--optimizers", "sgd"], capture_output=True, text=True,
+                         timeout=600, check=False, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["modules"] == []
+    procs = out["processes"]
+    assert {"numbagrad", "numpy", "torch"} <= set(procs)
+    pids = [p["pid"] for p in procs.values()]
+    assert len(set(pids)) == len(pids) and os.getpid() not in pids
+    ng_blas = [lib for lib in procs["numbagrad"]["blas"] if lib["user_api"] == "blas"]
+    assert ng_blas and all(lib["architecture"] for lib in ng_blas)
+    assert out["torch"]["threads"] in (1, max(1, os.cpu_count() or 1))
+    assert set(out["torch"]["tried_s"]) == {str(n) for n in {1, os.cpu_count() or 1}}
+    assert "each peer group in a process of its own" in run.stdout
+
+
+def test_a_forced_blas_kernel_is_reported_and_left_out(monkeypatch):
+    pytest.importorskip("threadpoolctl")
+    native = bench.blas_kernels({k: v for k, v in os.environ.items()
+                                 if k not in bench.BLAS_ENV})
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Prescott")       # SSE3: older than any CI CPU
+    forced = bench.blas_kernels(dict(os.environ))
+    assert forced and native and forced != native
+    env, report = bench.blas_environment(keep=False)
+    assert "OPENBLAS_CORETYPE" not in env and report["removed"]
+    assert report["forced"] == forced and report["native"] == native
+    assert "Prescott" in report["warning"] and "--keep-blas-env" in report["warning"]
+    assert bench.blas_kernels(env) == native
+    env, report = bench.blas_environment(keep=True)
+    assert env["OPENBLAS_CORETYPE"] == "Prescott" and not report["removed"]
+    assert "kept" in report["warning"]
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    monkeypatch.delenv("OPENBLAS_L2_SIZE", raising=False)
+    env, report = bench.blas_environment(keep=False)
+    assert report["warning"] is None and env == dict(os.environ)
+
+
+def test_the_floor_calls_scipys_blas_in_place():
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        a, b = rng.normal(size=(5, 7)).astype(dtype), rng.normal(size=(7, 3)).astype(dtype)
+        for x, y in [(a, b), (a.T.copy().T, b), (a, b.T.copy().T)]:
+            out = np.full((5, 3), np.nan, dtype)
+            bench.scipy_gemm(x, y, out)()
+            np.testing.assert_allclose(out, a @ b, rtol=1e-5 if dtype == np.float32 else 1e-12)
 
 
 def test_bench_repeat_flag_and_its_old_spelling():
@@ -91,9 +155,11 @@ def test_noisy_rows_are_marked_and_the_run_ends_with_a_warning(monkeypatch, caps
         return fn
     monkeypatch.setattr(bench, "PEERS", {"numbagrad": jittery, "numpy": make(1e-5),
                                          "floor": make(2e-5)})
-    monkeypatch.setattr(bench, "available_peers", lambda: ["numbagrad", "numpy", "floor"])
-    result = bench.main(["--cases", "tiny", "--dtypes", "float32", "--optimizers", "sgd",
-                         "--repeat", "4", "--min-time", "0", "--no-first-step", "--no-dp"])
+    monkeypatch.setattr(bench, "available_peers", lambda **kw: ["numbagrad", "numpy", "floor"])
+    monkeypatch.setattr(bench, "one_blas_thread", lambda fn: None)
+    result = bench.main(["--cases", "large", "--dtypes", "float32", "--optimizers", "sgd",
+                         "--repeat", "4", "--min-time", "0", "--no-first-step", "--no-dp",
+                         "--in-process"])
     row = result["rows"][0]
     assert any("numpy below its floor" in f for f in row["flags"]), row["flags"]
     printed = capsys.readouterr().out
@@ -114,10 +180,11 @@ def test_blas_threads_stalling_mark_the_row(monkeypatch, capsys):
         return fn
     monkeypatch.setattr(bench, "PEERS", {"numbagrad": lambda *a: busy(4e-5),
                                          "floor": lambda *a: busy(2e-5)})
-    monkeypatch.setattr(bench, "available_peers", lambda: ["numbagrad", "floor"])
+    monkeypatch.setattr(bench, "available_peers", lambda **kw: ["numbagrad", "floor"])
     monkeypatch.setattr(bench, "one_blas_thread", lambda fn: busy(1e-5))
     result = bench.main(["--cases", "large", "--dtypes", "float32", "--optimizers", "sgd",
-                         "--repeat", "3", "--min-time", "0", "--no-first-step", "--no-dp"])
+                         "--repeat", "3", "--min-time", "0", "--no-first-step", "--no-dp",
+                         "--in-process"])
     row = result["rows"][0]
     assert any("BLAS threads stalled" in f for f in row["flags"]), row["flags"]
     assert row["floor_1_thread"]["best_s"] < row["floor"]["best_s"]
@@ -141,6 +208,8 @@ def test_bench_peers_compute_the_same_update(case, dtype, opt_kind):
     # The peers must do the same math from the same weights, or the ratios
     # compare nothing: numbagrad, NumPy, PyTorch and JAX agree after 2-3 windows.
     names = ["numbagrad", "numbagrad compiled", "numpy", "torch", "jax"]
+    if (case, opt_kind) == ("small", "adam"):
+        names.append("torch compiled")       # inductor compiles for ~10-40 s: one case
     steps = {n: bench.PEERS[n](case, np.dtype(dtype), opt_kind, "cpu") for n in names}
     steps = {n: s for n, s in steps.items() if s is not None}
     assert {"numbagrad", "numpy"} <= set(steps)

@@ -18,16 +18,57 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+
+import numba
+from numba.extending import overload
+from numba.np.ufunc import parallel as _numba_parallel
 
 # Numba's OpenMP workers spin after each parallel region by default, and on
 # a 2-core machine they then hold the core the BLAS threads of the next GEMM
 # need (and the other way round): the 784-1024-1024-10 MLP step took 26-31
 # ms with the threaded twins against 15-16 ms without; with passive waiting
-# 14 ms. Set before Numba loads its OpenMP runtime; an explicit setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# 14 ms. The OpenMP runtime reads OMP_WAIT_POLICY once, when it loads, and
+# Numba loads it lazily, when the first parallel kernel runs; PyTorch loads
+# the same runtime (libgomp.so.1: one copy per process) when it is imported.
+# So numbagrad neither sets the variable at import nor keeps it set (that
+# made PyTorch, imported next, wait passively too: its small steps 1.5-5x
+# slower): it wraps Numba's thread launch so that the variable is PASSIVE
+# only while that launch loads the runtime, then restored. Whoever loads the
+# runtime first decides its policy for the whole process; an explicit
+# OMP_WAIT_POLICY always wins.
+_launch_lock = threading.Lock()
 
-import numba
-from numba.extending import overload
+
+def _passive_launch(launch):
+    """``launch`` (Numba's ``_launch_threads``) run once with
+    OMP_WAIT_POLICY=PASSIVE in the environment, the environment restored."""
+    def passive_launch():
+        with _launch_lock:
+            if getattr(_numba_parallel, "_launch_threads", None) is passive_launch:
+                _numba_parallel._launch_threads = launch     # one use: unwrap
+            if os.environ.get("OMP_WAIT_POLICY") is not None:
+                return launch()
+            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+            try:
+                return launch()
+            finally:
+                os.environ.pop("OMP_WAIT_POLICY", None)
+    return passive_launch
+
+
+def _wrap_numba_launch() -> bool:
+    """Install the wrapper when Numba has the launch hook and has not launched
+    its threads yet; False (nothing changed) otherwise, e.g. a Numba whose
+    internals differ: the runtime then keeps its default policy."""
+    launch = getattr(_numba_parallel, "_launch_threads", None)
+    if not callable(launch) or getattr(_numba_parallel, "_is_initialized", True):
+        return False
+    _numba_parallel._launch_threads = _passive_launch(launch)
+    return True
+
+
+PASSIVE_LAUNCH = _wrap_numba_launch()
 
 
 def _env_int(key: str, default: int) -> int:

@@ -1,0 +1,700 @@
+"""The benchmark's peers, each run in a process of its own (``bench.py``).
+
+A peer is a maker ``(case, dtype, optimizer, device) -> micro_step`` (or None
+when it cannot run here); ``micro_step()`` runs one training micro-step and
+``micro_step.weights()`` returns the weights as host arrays. Every maker
+imports its own library when called, so a process imports only the
+libraries of the peers it runs, with their defaults (threads, OpenMP wait
+policy, BLAS): importing numbagrad next to PyTorch or JAX changed their
+speed, and the other way round. ``python scripts/bench_peers.py --serve
+GROUP`` serves one group of peers (``GROUPS``) to ``bench.py`` over its
+stdin and stdout, one JSON object a line.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import itertools
+import json
+import math
+import os
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+
+import numpy as np
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)           # this checkout's numbagrad
+
+K = 4
+LR, MOMENTUM, BETAS, EPS = 1e-3, 0.9, (0.9, 0.999), 1e-8
+
+CASES = {
+    "tiny": {"kind": "linear", "shape": (2, 3, 1)},           # (d_out, d_in, batch)
+    "small": {"kind": "linear", "shape": (64, 64, 32)},
+    "medium": {"kind": "linear", "shape": (256, 512, 128), "stall_check": True},
+    "large": {"kind": "linear", "shape": (1024, 1024, 512), "stall_check": True},
+    "mlp-small": {"kind": "mlp", "layers": (64, 64, 10), "batch": 32},
+    "mlp-large": {"kind": "mlp", "layers": (784, 1024, 1024, 10), "batch": 256,
+                  "stall_check": True},
+}
+
+def _jax():
+    """(jax, jax.numpy, optax), or None when not installed."""
+    try:
+        jax = importlib.import_module("jax")
+        optax = importlib.import_module("optax")
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)     # float64 rows stay float64
+    return jax, importlib.import_module("jax.numpy"), optax
+
+
+# ------------------------------------------------------------------ problems
+def problem(case: str, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A linear case's W (d_out, d_in), X (d_in, batch), Y (d_out, batch)."""
+    d_out, d_in, batch = CASES[case]["shape"]
+    rng = np.random.default_rng(0)
+    W = (rng.normal(size=(d_out, d_in)) / np.sqrt(d_in)).astype(dtype)
+    X = rng.normal(size=(d_in, batch)).astype(dtype)
+    Y = rng.normal(size=(d_out, batch)).astype(dtype)
+    return W, X, Y
+
+
+def mlp_problem(case: str, dtype) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """An MLP case's [W1, b1, W2, b2, ...] (W (out, in), as torch), x (batch,
+    d_in) and integer labels (batch,)."""
+    sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
+    rng = np.random.default_rng(0)
+    params = []
+    for d_in, d_out in itertools.pairwise(sizes):
+        params.append((rng.normal(size=(d_out, d_in)) * np.sqrt(2.0 / d_in)).astype(dtype))
+        bound = 1.0 / np.sqrt(d_in)
+        params.append(rng.uniform(-bound, bound, size=d_out).astype(dtype))
+    x = rng.normal(size=(batch, sizes[0])).astype(dtype)
+    labels = rng.integers(0, sizes[-1], size=batch).astype(np.int64)
+    return params, x, labels
+
+
+def initial_weights(case: str, dtype) -> list[np.ndarray]:
+    """Every peer's starting weights, in the order ``.weights()`` returns them."""
+    if CASES[case]["kind"] == "linear":
+        return [problem(case, dtype)[0]]
+    return mlp_problem(case, dtype)[0]
+
+
+# ------------------------------------------------------------------ peers
+# Each maker returns a zero-argument micro-step (or None when the peer cannot
+# run here) with ``.weights()`` -> the current weights as host arrays (in
+# ``initial_weights`` order) and optionally ``.sync()`` for asynchronous peers.
+def _ng_setup(case, dtype, opt_kind, device):
+    """(loss_fn, inputs, optimizer, weights) for the eager and compiled peers."""
+    import numbagrad as ng
+    def optimizer(params):
+        if opt_kind == "sgd":
+            return ng.optim.SGD(params, lr=LR, momentum=MOMENTUM, accumulate_steps=K)
+        return ng.optim.Adam(params, lr=LR, betas=BETAS, eps=EPS, accumulate_steps=K)
+
+    if CASES[case]["kind"] == "linear":
+        w0, x0, y0 = problem(case, dtype)
+        W = ng.param(w0, device=device)
+        X, Y = ng.tensor(x0, device=device), ng.tensor(y0, device=device)
+        matmul, mse_loss = ng.matmul, ng.mse_loss
+
+        def loss_fn(x, y):
+            return mse_loss(matmul(W, x), y)
+        return loss_fn, (X, Y), optimizer([W]), lambda: [W.numpy()]
+
+    params, x0, labels = mlp_problem(case, dtype)
+    nn, layers, names = ng.nn, [], []
+    for i in range(len(params) // 2):
+        if layers:
+            layers.append(nn.ReLU())
+        d_out, d_in = params[2 * i].shape
+        names += [f"{len(layers)}.weight", f"{len(layers)}.bias"]
+        layers.append(nn.Linear(d_in, d_out, dtype=dtype, device=device,
+                                rng=np.random.default_rng(1)))
+    model = nn.Sequential(*layers)
+    model.load_state_dict(dict(zip(names, params)))
+    x = ng.tensor(x0, device=device)
+    cross_entropy = ng.cross_entropy
+
+    def loss_fn(x, labels):
+        return cross_entropy(model(x), labels)
+
+    def weights():
+        state = model.state_dict()
+        return [state[n] for n in names]
+    return loss_fn, (x, labels), optimizer(model.parameters()), weights
+
+
+def numbagrad_step(case, dtype, opt_kind, device) -> Callable[[], None]:
+    """ng ops recorded on ``ng.grad_tape()``, ``loss.backward()``, ``opt.step()``."""
+    import numbagrad as ng
+    loss_fn, (a, b), opt, weights = _ng_setup(case, dtype, opt_kind, device)
+    tape = ng.grad_tape
+
+    def micro_step():
+        with tape():
+            loss = loss_fn(a, b)
+        loss.backward()
+        opt.step()
+    micro_step.weights = weights
+    return micro_step
+
+
+def compiled_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
+    """``step = ng.compile(loss_fn, optimizer=opt)``; ``step(x, y)`` runs the
+    forward, backward and ``opt.step()``."""
+    import numbagrad as ng
+    loss_fn, (a, b), opt, weights = _ng_setup(case, dtype, opt_kind, device)
+    step = ng.compile(loss_fn, optimizer=opt)
+
+    def micro_step():
+        step(a, b)
+    micro_step.weights = weights
+    return micro_step
+
+
+class _NumpyOptimizer:
+    """PyTorch's SGD (momentum) / Adam on one flat weight array, accumulating
+    K micro-steps' gradients in ``g`` (the mean is applied), no allocations."""
+
+    def __init__(self, w: np.ndarray, g: np.ndarray, opt_kind: str) -> None:
+        self.w, self.g, self.kind = w, g, opt_kind
+        self.m, self.v, self.tmp = np.zeros_like(w), np.zeros_like(w), np.empty_like(w)
+        self.pos = self.t = 0
+
+    def step(self) -> None:
+        self.pos += 1
+        if self.pos < K:
+            return
+        self.pos = 0
+        w, g, m, v, tmp = self.w, self.g, self.m, self.v, self.tmp
+        np.multiply(g, 1.0 / K, out=g)
+        if self.kind == "sgd":
+            m *= MOMENTUM
+            m += g
+            np.multiply(m, LR, out=tmp)
+        else:
+            self.t += 1
+            m *= BETAS[0]
+            np.multiply(g, 1 - BETAS[0], out=tmp)
+            m += tmp
+            v *= BETAS[1]
+            np.multiply(g, g, out=tmp)
+            tmp *= 1 - BETAS[1]
+            v += tmp
+            np.sqrt(v, out=tmp)
+            tmp /= math.sqrt(1 - BETAS[1] ** self.t)
+            tmp += EPS
+            np.divide(m, tmp, out=tmp)
+            tmp *= LR / (1 - BETAS[0] ** self.t)
+        w -= tmp
+        g.fill(0)
+
+
+def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
+    """The same math by hand in NumPy, with preallocated buffers (on the host
+    also for ``--device cuda``)."""
+    if CASES[case]["kind"] == "mlp":
+        return numpy_mlp_step(case, dtype, opt_kind)
+    W, X, Y = problem(case, dtype)
+    P, G, T = np.empty_like(Y), np.zeros_like(W), np.empty_like(W)
+    opt = _NumpyOptimizer(W.reshape(-1), G.reshape(-1), opt_kind)
+    c = 2.0 / Y.size
+
+    def micro_step():
+        np.matmul(W, X, out=P)
+        np.subtract(P, Y, out=P)                 # residual
+        loss = np.vdot(P, P) / P.size            # noqa: F841 (computed, as a step must)
+        np.multiply(P, c, out=P)                 # d loss / d pred
+        np.matmul(P, X.T, out=T)
+        np.add(G, T, out=G)
+        opt.step()
+    micro_step.weights = lambda: [W.copy()]
+    return micro_step
+
+
+def numpy_mlp_step(case, dtype, opt_kind) -> Callable[[], None]:
+    """Hand-written MLP: weights and gradients are views of two flat arrays
+    (one optimizer pass updates them all); every buffer is made once."""
+    params, x, labels = mlp_problem(case, dtype)
+    batch = x.shape[0]
+    flat_w = np.concatenate([p.ravel() for p in params])
+    flat_g = np.zeros_like(flat_w)
+    views_w, views_g, at = [], [], 0
+    for p in params:
+        views_w.append(flat_w[at:at + p.size].reshape(p.shape))
+        views_g.append(flat_g[at:at + p.size].reshape(p.shape))
+        at += p.size
+    Ws, bs, gWs, gbs = views_w[0::2], views_w[1::2], views_g[0::2], views_g[1::2]
+    n = len(Ws)
+    acts = [x] + [np.empty((batch, W.shape[0]), dtype) for W in Ws]  # post-ReLU; last: logits
+    deltas = [np.empty((batch, W.shape[0]), dtype) for W in Ws]      # d loss / d pre-activation
+    masks = [np.empty((batch, W.shape[0]), bool) for W in Ws[:-1]]
+    tmp_w = [np.empty_like(W) for W in Ws]
+    tmp_b = [np.empty_like(b) for b in bs]
+    row_max = np.empty((batch, 1), dtype)
+    row_sum = np.empty((batch, 1), dtype)
+    rows = np.arange(batch)
+    opt = _NumpyOptimizer(flat_w, flat_g, opt_kind)
+
+    def micro_step():
+        for i in range(n):
+            z = acts[i + 1]
+            np.matmul(acts[i], Ws[i].T, out=z)
+            z += bs[i]
+            if i < n - 1:
+                np.maximum(z, 0, out=z)
+        logits, d = acts[n], deltas[n - 1]
+        np.max(logits, axis=1, keepdims=True, out=row_max)
+        np.subtract(logits, row_max, out=d)
+        np.exp(d, out=d)
+        np.sum(d, axis=1, keepdims=True, out=row_sum)
+        loss = float(np.mean(np.log(row_sum[:, 0]) + row_max[:, 0]  # noqa: F841
+                             - logits[rows, labels]))
+        d /= row_sum                               # softmax
+        d[rows, labels] -= 1
+        d *= 1.0 / batch                           # d loss / d logits
+        for i in range(n - 1, -1, -1):
+            d = deltas[i]
+            np.matmul(d.T, acts[i], out=tmp_w[i])
+            gWs[i] += tmp_w[i]
+            np.sum(d, axis=0, out=tmp_b[i])
+            gbs[i] += tmp_b[i]
+            if i > 0:
+                np.matmul(d, Ws[i], out=deltas[i - 1])
+                np.greater(acts[i], 0, out=masks[i - 1])
+                np.multiply(deltas[i - 1], masks[i - 1], out=deltas[i - 1])
+        opt.step()
+    micro_step.weights = lambda: [p.copy() for p in views_w]
+    return micro_step
+
+
+def torch_step(case, dtype, opt_kind, device, compiled: bool = False
+               ) -> Callable[[], None] | None:
+    """PyTorch eager: ``(loss / K).backward()``, ``opt.step()`` and
+    ``opt.zero_grad()`` every K calls; ``compiled``: the loss function (model
+    and loss, forward and backward) through ``torch.compile`` (inductor)."""
+    torch = _torch()
+    if torch is None or (device == "cuda" and not torch.cuda.is_available()):
+        return None
+    dev = "cuda" if device == "cuda" else "cpu"
+    if CASES[case]["kind"] == "linear":
+        w0, x0, y0 = problem(case, dtype)
+        W = torch.tensor(w0, device=dev, requires_grad=True)
+        a, b = torch.tensor(x0, device=dev), torch.tensor(y0, device=dev)
+        params = [W]
+        mse = torch.nn.functional.mse_loss
+
+        def loss_fn(x, y):
+            return mse(W @ x, y)
+    else:
+        ws, x0, labels = mlp_problem(case, dtype)
+        layers = []
+        for i in range(len(ws) // 2):
+            if layers:
+                layers.append(torch.nn.ReLU())
+            lin = torch.nn.Linear(ws[2 * i].shape[1], ws[2 * i].shape[0],
+                                  dtype=getattr(torch, str(np.dtype(dtype))), device=dev)
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy(ws[2 * i]))
+                lin.bias.copy_(torch.from_numpy(ws[2 * i + 1]))
+            layers.append(lin)
+        model = torch.nn.Sequential(*layers)
+        params = list(model.parameters())
+        a, b = torch.tensor(x0, device=dev), torch.tensor(labels, device=dev)
+        ce = torch.nn.functional.cross_entropy
+
+        def loss_fn(x, y):
+            return ce(model(x), y)
+    if compiled:
+        loss_fn = torch.compile(loss_fn)
+    if opt_kind == "sgd":
+        opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+    else:
+        opt = torch.optim.Adam(params, lr=LR, betas=BETAS, eps=EPS)
+    state = {"pos": 0}
+
+    def micro_step():
+        (loss_fn(a, b) / K).backward()
+        state["pos"] += 1
+        if state["pos"] == K:
+            state["pos"] = 0
+            opt.step()
+            opt.zero_grad()
+    micro_step.weights = lambda: [p.detach().cpu().numpy().copy() for p in params]
+    micro_step.torch = torch
+    return micro_step
+
+
+def torch_compiled_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
+    """``torch_step`` with the loss function through ``torch.compile``."""
+    return torch_step(case, dtype, opt_kind, device, compiled=True)
+
+
+def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
+    """``jax.jit`` of value_and_grad + an ``optax.MultiSteps`` update (which
+    applies the mean of K micro-steps' gradients), buffers donated."""
+    mods = _jax()
+    if mods is None:
+        return None
+    jax, jnp, optax = mods
+    platform_ = "gpu" if device == "cuda" else "cpu"
+    try:
+        dev = jax.devices(platform_)[0]
+    except RuntimeError:
+        return None
+    if CASES[case]["kind"] == "linear":
+        w0, x0, y0 = problem(case, dtype)
+        params = [w0]
+
+        def loss_fn(p, x, y):
+            return jnp.mean((p[0] @ x - y) ** 2)
+    else:
+        params, x0, y0 = mlp_problem(case, dtype)
+
+        def loss_fn(p, x, labels):
+            h = x
+            for i in range(0, len(p), 2):
+                h = h @ p[i].T + p[i + 1]
+                if i + 2 < len(p):
+                    h = jax.nn.relu(h)
+            return optax.softmax_cross_entropy_with_integer_labels(h, labels).mean()
+    base = (optax.sgd(LR, momentum=MOMENTUM) if opt_kind == "sgd"
+            else optax.adam(LR, b1=BETAS[0], b2=BETAS[1], eps=EPS))
+    tx = optax.MultiSteps(base, every_k_schedule=K, accumulator_dtype=np.dtype(dtype))
+    put = lambda a: jax.device_put(a, dev)
+    p = [put(w) for w in params]
+    x, y = put(x0), put(y0)
+    value_and_grad = jax.value_and_grad(loss_fn)
+
+    def step(p, s, x, y):
+        loss, grads = value_and_grad(p, x, y)
+        updates, s = tx.update(grads, s, p)
+        return optax.apply_updates(p, updates), s, loss
+    step = jax.jit(step, donate_argnums=(0, 1))
+    state = {"p": p, "s": tx.init(p)}
+
+    def micro_step():
+        state["p"], state["s"], _ = step(state["p"], state["s"], x, y)
+    micro_step.sync = lambda: jax.block_until_ready(state["p"])
+    micro_step.warmup_calls = 1        # the first call compiles both branches of the window
+    micro_step.weights = lambda: [np.array(w) for w in state["p"]]
+    return micro_step
+
+
+def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(a, b, out) for each GEMM a micro-step cannot avoid: the forward
+    products and each weight's gradient (and the gradient flowing into each
+    hidden layer); random data of the right shapes and layouts."""
+    rng = np.random.default_rng(0)
+
+    def rand(*shape):
+        return rng.normal(size=shape).astype(dtype)
+    if CASES[case]["kind"] == "linear":
+        W, X, _ = problem(case, dtype)
+        P, G = np.empty((W.shape[0], X.shape[1]), dtype), np.empty_like(W)
+        return [(W, X, P), (P, X.T, G)]
+    sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
+    Ws = [rand(o, i) for i, o in itertools.pairwise(sizes)]
+    acts = [rand(batch, s) for s in sizes]
+    out = [(acts[i], Ws[i].T, acts[i + 1]) for i in range(len(Ws))]          # forward
+    for i in range(len(Ws) - 1, -1, -1):
+        delta = rand(batch, sizes[i + 1])
+        out.append((delta.T, acts[i], np.empty_like(Ws[i])))                # dW
+        if i > 0:
+            out.append((delta, Ws[i], np.empty((batch, sizes[i]), dtype)))  # d input
+    return out
+
+
+def scipy_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None]:
+    """A call of ``out = a @ b`` through SciPy's BLAS, the library (and so the
+    kernel) numbagrad's CPU matmul calls, without copies: row-major
+    ``out = a @ b`` is column-major ``out.T = b.T @ a.T``; a C-ordered operand
+    X is passed as the Fortran-ordered X.T, a transposed view as itself with
+    the transpose flag."""
+    from scipy.linalg import blas
+    gemm = blas.sgemm if out.dtype == np.float32 else blas.dgemm
+
+    def operand(x):
+        return (x.T, 0) if x.flags.c_contiguous else (x, 1)
+    (bb, tb), (aa, ta) = operand(b), operand(a)
+    c = out.T
+
+    def call():
+        gemm(1.0, bb, aa, beta=0.0, c=c, trans_a=tb, trans_b=ta, overwrite_c=1)
+    return call
+
+
+def floor_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
+    """Only the unavoidable GEMMs, into preallocated outputs: SciPy's BLAS,
+    which numbagrad's kernels call (cuBLAS through PyTorch for ``--device cuda``)."""
+    gemms = floor_gemms(case, dtype)
+    if device == "cuda":
+        torch = _torch()
+        if torch is None or not torch.cuda.is_available():
+            return None
+        gemms = [tuple(torch.as_tensor(np.ascontiguousarray(t), device="cuda") if i < 2
+                       else torch.empty(t.shape, dtype=getattr(torch, str(np.dtype(dtype))),
+                                        device="cuda") for i, t in enumerate(g)) for g in gemms]
+        calls = [lambda a=a, b=b, out=out: torch.matmul(a, b, out=out) for a, b, out in gemms]
+        sync = torch.cuda.synchronize
+    else:
+        calls, sync = [scipy_gemm(a, b, out) for a, b, out in gemms], None
+
+    def micro_step():
+        for call in calls:
+            call()
+    micro_step.warmup_calls = 1
+    if sync is not None:
+        micro_step.sync = sync
+    return micro_step
+
+
+PEERS = {"numbagrad": numbagrad_step, "numbagrad compiled": compiled_step,
+         "numpy": numpy_step, "torch": torch_step, "torch compiled": torch_compiled_step,
+         "jax": jax_step, "floor": floor_step}
+# The processes: a library's peers share one (numbagrad eager and compiled; the
+# NumPy loop and the GEMM floor, both NumPy and SciPy only).
+GROUPS = {"numbagrad": ("numbagrad", "numbagrad compiled"), "numpy": ("numpy", "floor"),
+          "torch": ("torch",), "torch compiled": ("torch compiled",), "jax": ("jax",)}
+GROUP_OF = {peer: group for group, peers in GROUPS.items() for peer in peers}
+# The libraries a group imports, for its versions and for availability checks.
+LIBRARIES = {"numbagrad": ("numbagrad", "numba", "llvmlite", "numpy", "scipy"),
+             "numpy": ("numpy", "scipy"), "torch": ("torch",), "torch compiled": ("torch",),
+             "jax": ("jax", "jaxlib", "optax")}
+PRELOAD = {"numbagrad": ("numbagrad",), "numpy": ("numpy", "scipy.linalg"),
+           "torch": ("torch",), "torch compiled": ("torch",), "jax": ("jax",)}
+
+
+def _torch():
+    """torch, or None when not installed."""
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        return None
+
+
+# ------------------------------------------------------------------ timing primitives
+WARMUP_S = 0.02
+
+
+def run_calls(fn: Callable[[], None], n: int, sync: Callable[[], None] | None = None) -> float:
+    """Seconds per call over n calls, the device and the peer drained."""
+    done = getattr(fn, "sync", None)
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    if done is not None:
+        done()
+    if sync is not None:
+        sync()
+    return (time.perf_counter() - start) / n
+
+
+def calibrate(fn: Callable[[], None], min_time: float, repeats: int,
+              sync: Callable[[], None] | None = None) -> tuple[int, float | None]:
+    """(calls per sample, a first sample or None) for ``fn``.
+
+    First a warm-up (``fn.warmup_calls``, default one window: compiles, fills
+    pools and optimizer state), a window, and, when that was short, one run
+    of ``WARMUP_S`` (JAX's dispatch needs a few hundred calls in a row to
+    reach its steady speed); then a calibration pass. A sample runs a whole
+    number of K-call windows for at least ``min_time`` seconds; when the
+    calibration pass is already one sample's worth of a slow call (>= 1 ms a
+    call) it is returned as the first sample."""
+    run_calls(fn, getattr(fn, "warmup_calls", K), sync)
+    window = K * run_calls(fn, K, sync)
+    if window < WARMUP_S:
+        run_calls(fn, K * int(WARMUP_S / window), sync)
+    n = K
+    while True:
+        per_call = run_calls(fn, n, sync)
+        if n * per_call >= min(2e-3, min_time) or n >= 1 << 16:
+            break
+        n *= 4
+    calls = K * max(1, math.ceil(min_time / (max(per_call, 1e-9) * K)))
+    first = per_call if calls == n and per_call >= 1e-3 and repeats > 1 else None
+    return calls, first
+
+
+def transient_bytes(fn: Callable[[], None], steps: int = K) -> int:
+    """Most memory (traced by tracemalloc) one call of a warm ``fn`` needs."""
+    worst = 0
+    tracemalloc.start()
+    try:
+        for _ in range(steps):
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            fn()
+            worst = max(worst, tracemalloc.get_traced_memory()[1] - base)
+    finally:
+        tracemalloc.stop()
+    return worst
+
+
+_CONTROLLER = []
+
+
+def _controller():
+    """threadpoolctl's controller of this process (made once), or None."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0]
+
+
+def one_blas_thread(fn: Callable[[], None]) -> Callable[[], None] | None:
+    """``fn`` run with every BLAS limited to one thread (threadpoolctl), or
+    None when the BLAS runs one thread anyway or threadpoolctl is missing."""
+    ctl = _controller()
+    if ctl is None or all(lib.num_threads <= 1 for lib in
+                          ctl.select(user_api="blas").lib_controllers):
+        return None
+
+    def micro_step():
+        with ctl.limit(limits=1, user_api="blas"):
+            fn()
+    micro_step.warmup_calls = 1
+    return micro_step
+
+
+def limit_threads(n: int) -> None:
+    """This process's thread pools to n threads (XLA's before JAX is imported)."""
+    if n == 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_cpu_multi_thread_eigen=false"
+                                   " intra_op_parallelism_threads=1").strip()
+    for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS"):
+        os.environ[key] = str(n)
+
+
+def blas_libraries() -> list[dict]:
+    """The BLAS and OpenMP libraries this process has loaded (threadpoolctl)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [{k: lib.get(k) for k in ("user_api", "internal_api", "version", "num_threads",
+                                      "architecture", "filepath")}
+            for lib in threadpool_info()]
+
+
+def versions(group: str) -> dict[str, str | None]:
+    """The versions of the libraries ``group`` imports (from their metadata)."""
+    from importlib import metadata
+    out = {}
+    for name in LIBRARIES[group]:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+# ------------------------------------------------------------------ serving
+class Server:
+    """One process's peers: built per row, calibrated, then sampled on request."""
+
+    def __init__(self, group: str) -> None:
+        self.group, self.fns, self.calls = group, {}, {}
+        self.sync: Callable[[], None] | None = None
+        self.threads: dict[str, int] = {}
+
+    def setup(self, case: str, dtype: str, opt: str, device: str, peers: list[str],
+              stall_check: bool = False) -> dict:
+        self.fns, self.calls, self.threads, errors = {}, {}, {}, {}
+        for name in peers:
+            try:
+                fn = PEERS[name](case, np.dtype(dtype), opt, device)
+            except Exception as exc:  # a broken peer is reported, not fatal
+                fn, errors[name] = None, f"{type(exc).__name__}: {exc}"
+            if fn is not None:
+                self.fns[name] = fn
+        if stall_check and device == "cpu" and "floor" in self.fns:
+            single = one_blas_thread(self.fns["floor"])
+            if single is not None:
+                self.fns["floor 1 thread"] = single
+        self.sync = self._device_sync(device)
+        gc.collect()
+        return {"peers": list(self.fns), "errors": errors}
+
+    def _device_sync(self, device: str) -> Callable[[], None] | None:
+        if device != "cuda":
+            return None
+        if self.group == "numbagrad":
+            import numbagrad as ng
+            return ng.cuda.synchronize
+        torch = _torch() if self.group in ("torch", "torch compiled", "numpy") else None
+        return torch.cuda.synchronize if torch is not None else None
+
+    def prepare(self, name: str, min_time: float, repeats: int) -> dict:
+        """Warm up and calibrate ``name``; PyTorch on 1 thread and on its
+        default count, keeping the faster (and reporting it)."""
+        fn = self.fns[name]
+        torch = getattr(fn, "torch", None)
+        if torch is None:
+            self.calls[name], first = calibrate(fn, min_time, repeats, self.sync)
+            return {"calls": self.calls[name], "first": first}
+        tried = {}
+        for n in sorted({1, torch.get_num_threads()}, reverse=True):
+            torch.set_num_threads(n)
+            calls, first = calibrate(fn, min_time, repeats, self.sync)
+            tried[n] = (run_calls(fn, calls, self.sync), calls, first)
+        best = min(tried, key=lambda n: tried[n][0])
+        torch.set_num_threads(best)
+        self.calls[name], self.threads[name] = tried[best][1], best
+        return {"calls": tried[best][1], "first": tried[best][2], "threads": best,
+                "tried_s": {str(n): t[0] for n, t in tried.items()}}
+
+    def sample(self, name: str) -> float:
+        return run_calls(self.fns[name], self.calls[name], self.sync)
+
+    def bytes(self, name: str) -> int:
+        return transient_bytes(self.fns[name])
+
+    def info(self) -> dict:
+        return {"group": self.group, "versions": versions(self.group),
+                "blas": blas_libraries(), "pid": os.getpid(),
+                "env": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OPENBLAS_CORETYPE",
+                                                       "OPENBLAS_L2_SIZE")}}
+
+
+def serve(group: str) -> None:
+    """Answer ``bench.py``'s requests, one JSON object a line, until "quit".
+    The protocol keeps this process's stdout: anything a library prints goes
+    to stderr instead."""
+    proto = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    for name in PRELOAD[group]:        # imported up front: its BLAS shows in "info"
+        _jax() if name == "jax" else importlib.import_module(name)
+    server = Server(group)
+    for raw in sys.stdin:
+        request = json.loads(raw)
+        cmd = request.pop("cmd")
+        if cmd == "quit":
+            break
+        try:
+            reply = {"ok": getattr(server, cmd)(**request)}
+        except Exception as exc:  # reported to the parent, which decides
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        proto.write(json.dumps(reply) + "\n")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="serve one group of benchmark peers")
+    parser.add_argument("--serve", required=True, choices=list(GROUPS))
+    parser.add_argument("--threads", type=int, default=None)
+    ns = parser.parse_args()
+    if ns.threads:
+        limit_threads(ns.threads)
+    serve(ns.serve)
