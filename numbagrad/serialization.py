@@ -482,8 +482,10 @@ def load(path: str | os.PathLike, *, max_bytes: int = _DEFAULT_MAX_BYTES) -> Any
     ``torch.load(weights_only=True)``, it only ever builds plain data.
     """
     path = os.fspath(path)
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-        raise ValueError(f"load: max_bytes must be a non-negative int, got {max_bytes!r}")
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+        raise TypeError(f"load: max_bytes must be an int, got {type(max_bytes).__name__}")
+    if max_bytes < 0:
+        raise ValueError(f"load: max_bytes must be non-negative, got {max_bytes}")
     try:
         f = _open_regular(path)
     except _Corrupt as exc:
