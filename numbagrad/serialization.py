@@ -12,12 +12,19 @@ structure is one more (a uint8 array). Nothing is ever pickled, and a file
 holding object arrays is refused. Saving is atomic: the archive is written
 to a temporary file in the target's folder, flushed and fsynced, then
 ``os.replace``-d over the target, so a failed save leaves the old file as it
-was and no temporary file behind.
+was and no temporary file behind; the temporary of a killed save names its
+dead writer's pid, and the next save to that target removes it.
+
+Loading treats the file as untrusted: only a regular file is opened, each
+member's declared sizes are checked before anything is decompressed, no
+member may yield more than it declares, and whatever is wrong with the file
+becomes one ``ValueError`` naming the path.
 """
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import secrets
@@ -435,7 +442,7 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
         if dtype.hasobject:
             raise ValueError(f"member {name!r} holds an object array, which needs pickle "
                              "(refused: a checkpoint is never unpickled)")
-        size = member.count + int(np.prod(shape, dtype=object)) * dtype.itemsize
+        size = member.count + math.prod(shape) * dtype.itemsize
         if size != info.file_size:
             raise _Corrupt(f"member {name!r} declares {info.file_size} bytes but its header "
                            f"(shape {shape}, dtype {dtype}) needs {size}")
