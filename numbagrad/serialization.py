@@ -12,13 +12,23 @@ structure is one more (a uint8 array). Nothing is ever pickled, and a file
 holding object arrays is refused. Saving is atomic: the archive is written
 to a temporary file in the target's folder, flushed and fsynced, then
 ``os.replace``-d over the target, so a failed save leaves the old file as it
-was and no temporary file behind.
+was and no temporary file behind; the temporary of a killed save names its
+dead writer's pid, and the next save to that target removes it.
+
+Loading treats the file as untrusted: only a regular file is opened, each
+member's declared sizes are checked before anything is decompressed, no
+member may yield more than it declares, and whatever is wrong with the file
+becomes one ``ValueError`` naming the path.
 """
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
-import tempfile
+import re
+import secrets
+import stat
 import zipfile
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +42,7 @@ __all__ = ["load", "save"]
 _META = "__numbagrad__"     # the archive member holding the structure
 _FORMAT = "numbagrad-checkpoint"
 _VERSION = 1
+_O_BINARY = getattr(os, "O_BINARY", 0)   # Windows: no newline translation
 
 
 # ------------------------------------------------------------------ encode
@@ -108,6 +119,12 @@ class _Corrupt(Exception):
     """The archive is readable but does not describe a valid checkpoint."""
 
 
+def _expect(value: Any, kind: type, tag: str) -> Any:
+    if type(value) is not kind:
+        raise _Corrupt(f"a {tag!r} entry holds {value!r:.80}, not a {kind.__name__}")
+    return value
+
+
 def _decode(node: Any, arrays: Mapping[str, np.ndarray], used: set[str]) -> Any:
     if node is None or isinstance(node, (bool, str)):
         return node
@@ -115,15 +132,17 @@ def _decode(node: Any, arrays: Mapping[str, np.ndarray], used: set[str]) -> Any:
         raise _Corrupt(f"unexpected entry {node!r:.80}")
     (tag, value), = node.items()
     if tag == "int":
-        return int(value)
+        return int(_expect(value, str, tag))
     if tag == "float":
-        return float.fromhex(value)
+        return float.fromhex(_expect(value, str, tag))
     if tag == "complex":
-        return complex(float.fromhex(value[0]), float.fromhex(value[1]))
+        if len(_expect(value, list, tag)) != 2:
+            raise _Corrupt(f"a 'complex' entry holds {value!r:.80}, not two parts")
+        return complex(*(float.fromhex(_expect(x, str, tag)) for x in value))
     if tag in ("array", "scalar", "bytes"):
-        name = f"a{int(value)}"
-        if name not in arrays:
-            raise _Corrupt(f"array member {name!r} is missing")
+        name = f"a{_expect(value, int, tag)}"
+        if name not in arrays or name in used:
+            raise _Corrupt(f"array member {name!r} is missing or used twice")
         used.add(name)
         a = arrays[name]
         if tag == "scalar":
@@ -136,16 +155,24 @@ def _decode(node: Any, arrays: Mapping[str, np.ndarray], used: set[str]) -> Any:
             return a.tobytes()
         return a
     if tag in ("list", "tuple"):
-        items = [_decode(v, arrays, used) for v in value]
+        items = [_decode(v, arrays, used) for v in _expect(value, list, tag)]
         return items if tag == "list" else tuple(items)
     if tag == "dict":
-        return {_decode_key(k): _decode(v, arrays, used) for k, v in value}
-    raise _Corrupt(f"unknown entry kind {tag!r}")
+        out = {}
+        for pair in _expect(value, list, tag):
+            if type(pair) is not list or len(pair) != 2:
+                raise _Corrupt(f"a dict item {pair!r:.80} is not a [key, value] pair")
+            key = _decode_key(pair[0])
+            if key in out:
+                raise _Corrupt(f"dict key {key!r:.80} appears twice")
+            out[key] = _decode(pair[1], arrays, used)
+        return out
+    raise _Corrupt(f"unknown entry kind {tag!r:.80}")
 
 
 def _decode_key(node: Any) -> Any:
     if isinstance(node, dict) and set(node) == {"tuple"}:
-        return tuple(_decode_key(k) for k in node["tuple"])
+        return tuple(_decode_key(k) for k in _expect(node["tuple"], list, "tuple"))
     if isinstance(node, dict) and len(node) == 1 and next(iter(node)) in ("int", "float"):
         return _decode(node, {}, set())
     if node is None or isinstance(node, (bool, str)):
@@ -189,6 +216,57 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
+def _temp_pattern(base: str) -> re.Pattern[str]:
+    """The names of ``save``'s temporaries for target ``base``: the writer's pid, a nonce."""
+    return re.compile(re.escape(f".{base}.") + r"(\d+)\.[0-9a-f]{16}\.tmp")
+
+
+def _writer_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs here (signal 0 only checks; POSIX only)."""
+    if os.name != "posix" or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):   # PermissionError: alive, another user's
+        return False
+    return False
+
+
+def _remove_stale_temporaries(folder: str, base: str) -> None:
+    """Delete the temporaries of target ``base`` left by saves that were killed."""
+    pattern = _temp_pattern(base)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match and _writer_gone(int(match.group(1))):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:   # another save removed it first, or it is not ours to remove
+                pass
+
+
+def _create_temporary(folder: str, base: str) -> tuple[int, str]:
+    """Create and open a new, private temporary named for the target and this process."""
+    while True:
+        tmp = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600), tmp
+        except FileExistsError:   # pragma: no cover - a 64-bit nonce collided
+            continue
+
+
+def _naming(exc: OSError, path: str) -> OSError:
+    """``exc`` again, as an error of the same errno whose message names the checkpoint."""
+    if exc.errno is None:
+        return OSError(f"cannot save checkpoint {path!r}: {exc}")
+    return OSError(exc.errno, f"cannot save checkpoint ({exc.strerror or exc})", path)
+
+
 def save(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` to ``path`` as one ``.npz`` checkpoint, atomically.
 
@@ -196,7 +274,11 @@ def save(path: str | os.PathLike, obj: Any) -> None:
     NumPy arrays and scalars, numbers, strings, bytes, bools and None. The
     path is used exactly as given (no suffix is added). Raises ``TypeError``
     for a value it cannot store, before anything is written; on any failure
-    the previous file at ``path`` is left untouched and no temporary remains.
+    the previous file at ``path`` is left untouched and no temporary remains,
+    and an ``OSError`` (a full disk, a missing folder) names ``path``. The
+    temporary, ``.<name>.<pid>.<nonce>.tmp`` beside the target, carries the
+    writer's process id, so a save also deletes those of earlier saves to the
+    same target whose writer is no longer running (killed mid-write).
     """
     path = os.fspath(path)
     if not isinstance(path, str):
@@ -209,9 +291,12 @@ def save(path: str | os.PathLike, obj: Any) -> None:
     members.update((f"a{i}", a) for i, a in enumerate(enc.arrays))
 
     folder = os.path.dirname(os.path.abspath(path))
+    base = os.path.basename(path)
     mode = _file_mode(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    _remove_stale_temporaries(folder, base)
+    tmp = None
     try:
+        fd, tmp = _create_temporary(folder, base)
         with os.fdopen(fd, "wb") as f:
             if _SAVEZ_TAKES_ALLOW_PICKLE:
                 np.savez(f, allow_pickle=False, **members)
@@ -221,11 +306,14 @@ def save(path: str | os.PathLike, obj: Any) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
         raise
     _fsync_dir(folder)
 
@@ -250,6 +338,10 @@ _SAVEZ_TAKES_ALLOW_PICKLE = _savez_takes_allow_pickle()
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
+_MAX_RATIO = 1000            # the most a member may be compressed (a zip bomb: far more)
+_MAX_HEADER = 1 << 20        # bytes a member's .npy header may take
+_CHUNK = 1 << 20             # bytes read from a member at a time
+_DEFAULT_MAX_BYTES = 16 << 30
 
 
 def _not_an_archive(head: bytes) -> str:
@@ -262,48 +354,156 @@ def _not_an_archive(head: bytes) -> str:
     return "it is not a .npz archive (truncated or corrupt?)"
 
 
-def load(path: str | os.PathLike) -> Any:
+def _kind(mode: int) -> str:
+    for test, name in [(stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_regular(path: str) -> Any:
+    """Open ``path`` for reading, refusing anything but a regular file before opening it."""
+    st = os.stat(path)   # FileNotFoundError, PermissionError: OSErrors naming the path
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "cannot load checkpoint: it is a directory", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise _Corrupt(f"it is {_kind(st.st_mode)}, not a regular file")
+    # O_NONBLOCK: should a FIFO replace the file after the check, opening it cannot hang.
+    fd = os.open(path, os.O_RDONLY | _O_BINARY | getattr(os, "O_NONBLOCK", 0))
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise _Corrupt("it was replaced by something that is not a regular file")
+    return f
+
+
+class _Member:
+    """A file object over one zip member that refuses to yield more than it declares.
+
+    It remembers the .npy header it yields first, so that NumPy's reader can
+    read it again once the declared size has been checked against it.
+    """
+
+    def __init__(self, raw: Any, info: zipfile.ZipInfo) -> None:
+        self.raw, self.info, self.count = raw, info, 0
+        self.head: bytes | None = b""   # bytes yielded so far while recording, else None
+        self.replay = b""
+
+    def read(self, n: int = -1) -> bytes:
+        if self.replay:
+            n = len(self.replay) if n < 0 else n
+            out, self.replay = self.replay[:n], self.replay[n:]
+            return out
+        if n < 0 or n > _CHUNK:
+            n = _CHUNK
+        data = self.raw.read(n)
+        self.count += len(data)
+        if self.count > self.info.file_size:
+            raise _Corrupt(f"member {self.info.filename!r} holds more than the "
+                           f"{self.info.file_size} bytes it declares")
+        if self.head is not None:
+            self.head += data
+            if len(self.head) > _MAX_HEADER:
+                raise _Corrupt(f"member {self.info.filename!r} has an oversized .npy header")
+        return data
+
+    def rewind_header(self) -> None:
+        self.replay, self.head = self.head or b"", None
+
+
+def _check_member(info: zipfile.ZipInfo, max_bytes: int) -> None:
+    """Refuse a member from its declared sizes, before anything is decompressed."""
+    name = info.filename
+    if info.flag_bits & 0x1:
+        raise _Corrupt(f"member {name!r} is encrypted")
+    if not name.endswith(".npy"):
+        raise _Corrupt(f"member {name!r} is not a .npy array")
+    if info.file_size > max_bytes:
+        raise _Corrupt(f"member {name!r} declares {info.file_size} bytes, more than "
+                       f"max_bytes={max_bytes}")
+    if info.file_size > _MAX_RATIO * info.compress_size:
+        raise _Corrupt(f"member {name!r} declares {info.file_size} bytes compressed into "
+                       f"{info.compress_size}, more than {_MAX_RATIO}:1 (a zip bomb?)")
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One member's array, whose .npy header must account for exactly its declared size."""
+    name = info.filename
+    with zf.open(info) as raw:
+        member = _Member(raw, info)
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        else:   # 3.0 differs from 2.0 in the header's encoding only, not in the sizes
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        if any(side < 0 for side in shape):
+            raise _Corrupt(f"member {name!r} declares the negative shape {shape}")
+        if dtype.hasobject:
+            raise ValueError(f"member {name!r} holds an object array, which needs pickle "
+                             "(refused: a checkpoint is never unpickled)")
+        size = member.count + math.prod(shape) * dtype.itemsize
+        if size != info.file_size:
+            raise _Corrupt(f"member {name!r} declares {info.file_size} bytes but its header "
+                           f"(shape {shape}, dtype {dtype}) needs {size}")
+        member.rewind_header()
+        array = np.lib.format.read_array(member, allow_pickle=False)
+        if member.count != info.file_size or member.raw.read(1):   # the CRC is checked at EOF
+            raise _Corrupt(f"member {name!r} does not hold the {info.file_size} bytes it "
+                           "declares")
+    return array
+
+
+def _read_archive(f: Any, max_bytes: int) -> dict[str, np.ndarray]:
+    head = f.read(len(_ZIP_MAGIC))
+    if head != _ZIP_MAGIC:
+        raise _Corrupt(_not_an_archive(head))
+    f.seek(0)
+    with zipfile.ZipFile(f) as zf:
+        infos = zf.infolist()
+        names = [info.filename for info in infos]
+        if len(set(names)) != len(names):
+            raise _Corrupt("it holds two members of the same name")
+        if _META + ".npy" not in names:
+            raise _Corrupt("it has no numbagrad structure member (not written by ng.save)")
+        for info in infos:
+            _check_member(info, max_bytes)
+        return {info.filename[:-4]: _read_member(zf, info) for info in infos}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Corrupt(f"its structure holds {name}, which ng.save never writes")
+
+
+def load(path: str | os.PathLike, *, max_bytes: int = _DEFAULT_MAX_BYTES) -> Any:
     """Read a checkpoint written by ``save``; tensors come back as NumPy arrays.
 
-    Never unpickles anything. A missing file raises ``FileNotFoundError``; a
-    truncated, corrupt or foreign file (a pickle, an object array, a plain
-    ``.npz``) raises ``ValueError`` naming the path.
+    Never unpickles anything. A missing file raises ``FileNotFoundError`` and a
+    directory ``IsADirectoryError``; anything else that is not a valid
+    checkpoint (a FIFO or device, a truncated, corrupt or foreign file, a
+    pickle, an object array, a plain ``.npz``) raises ``ValueError`` naming
+    the path, with the underlying error as its cause. Sizes are checked from
+    the archive's directory before anything is decompressed: a member larger
+    than ``max_bytes`` (16 GiB by default) or compressed more than 1000:1 is
+    refused, and no member may yield more than it declares. Like
+    ``torch.load(weights_only=True)``, it only ever builds plain data.
     """
     path = os.fspath(path)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+        raise TypeError(f"load: max_bytes must be an int, got {type(max_bytes).__name__}")
+    if max_bytes < 0:
+        raise ValueError(f"load: max_bytes must be non-negative, got {max_bytes}")
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_ZIP_MAGIC))
-            if head != _ZIP_MAGIC:
-                raise _Corrupt(_not_an_archive(head))
-            f.seek(0)
-            with np.load(f, allow_pickle=False) as archive:
-                if _META not in archive.files:
-                    raise _Corrupt("it has no numbagrad structure member "
-                                   "(not written by ng.save)")
-                arrays = {name: archive[name] for name in archive.files}
-    except FileNotFoundError:
-        raise
+        f = _open_regular(path)
     except _Corrupt as exc:
         raise ValueError(f"cannot load checkpoint {path!r}: {exc}") from None
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise ValueError(f"cannot load checkpoint {path!r}: it holds pickled data or "
-                             f"object arrays, which are refused ({exc})") from None
-        raise ValueError(f"cannot load checkpoint {path!r}: corrupt or truncated "
-                         f"({exc})") from exc
-    except IsADirectoryError:
-        raise
-    except PermissionError:
-        raise
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError, UnicodeDecodeError,
-            NotImplementedError, OverflowError, MemoryError) as exc:
-        raise ValueError(f"cannot load checkpoint {path!r}: corrupt or truncated "
-                         f"({type(exc).__name__}: {exc})") from exc
     try:
+        with f:
+            arrays = _read_archive(f, max_bytes)
         raw = arrays.pop(_META)
         if raw.dtype != np.uint8 or raw.ndim != 1:
             raise _Corrupt("its structure member is not a byte string")
-        meta = json.loads(raw.tobytes().decode("ascii"))
+        meta = json.loads(raw.tobytes().decode("ascii"), parse_constant=_refuse_constant)
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
             raise _Corrupt("its structure member is not a numbagrad checkpoint")
         if meta.get("version") != _VERSION:
@@ -311,15 +511,17 @@ def load(path: str | os.PathLike) -> Any:
                            f"(this numbagrad reads version {_VERSION})")
         used: set[str] = set()
         obj = _decode(meta["tree"], arrays, used)
+        if used != set(arrays):
+            raise _Corrupt(f"members {sorted(set(arrays) - used)} are not part of its "
+                           "structure")
     except _Corrupt as exc:
-        raise ValueError(f"cannot load checkpoint {path!r}: {exc}") from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError,
-            UnicodeDecodeError, RecursionError) as exc:
-        raise ValueError(f"cannot load checkpoint {path!r}: its structure is corrupt "
-                         f"({type(exc).__name__}: {exc})") from None
-    if used != set(arrays):
-        extra = sorted(set(arrays) - used)
-        raise ValueError(f"cannot load checkpoint {path!r}: members {extra} are not part of "
-                         "its structure")
+        raise ValueError(f"cannot load checkpoint {path!r}: {exc}") from exc.__cause__
+    except Exception as exc:
+        # Untrusted bytes reach zipfile, zlib, bz2, lzma, json and NumPy's header
+        # parser, which raise many kinds of error; each is a malformed file here.
+        if "pickle" in str(exc).lower():
+            raise ValueError(f"cannot load checkpoint {path!r}: it holds pickled data or "
+                             f"object arrays, which are refused ({exc})") from exc
+        raise ValueError(f"cannot load checkpoint {path!r}: corrupt or truncated "
+                         f"({type(exc).__name__}: {exc})") from exc
     return obj
-

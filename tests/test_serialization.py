@@ -1,6 +1,13 @@
 """Checkpoint files: ng.save / ng.load round trips, atomic writes, refusals."""
+import errno
+import io
 import os
 import pickle
+import re
+import subprocess
+import sys
+import threading
+import tracemalloc
 import zipfile
 
 import numpy as np
@@ -245,7 +252,14 @@ def test_foreign_or_tampered_archives_are_refused(tmp_path):
     for meta in [b"not json", b'{"format": "other"}', b'[1, 2]',
                  b'{"format": "numbagrad-checkpoint", "version": 99, "tree": null}',
                  b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"array": 0}}',
-                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"what": 0}}']:
+                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"what": 0}}',
+                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"array": Infinity}}',
+                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"int": NaN}}',
+                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"list": "abc"}}',
+                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"dict": {"ab": 1}}}',
+                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"int": 5}}',
+                 b'{"format": "numbagrad-checkpoint", "version": 1, "tree": {"dict": [["a", 1], '
+                 b'["a", 2]]}}']:
         bad = tmp_path / "tampered.npz"
         with open(bad, "wb") as f:
             np.savez(f, __numbagrad__=np.frombuffer(meta, np.uint8))
@@ -256,6 +270,210 @@ def test_foreign_or_tampered_archives_are_refused(tmp_path):
 def test_missing_file_is_an_os_error_naming_the_path(tmp_path):
     with pytest.raises(OSError, match="nothing-here"):
         load(tmp_path / "nothing-here.npz")
+
+
+def test_what_is_not_a_regular_file_is_refused_before_opening(tmp_path, monkeypatch):
+    with pytest.raises(IsADirectoryError, match=re.escape(str(tmp_path))):
+        load(tmp_path)
+    if hasattr(os, "mkfifo"):   # a FIFO nobody writes to: opening it to read would block
+        fifo = tmp_path / "pipe.npz"
+        os.mkfifo(fifo)
+        outcome = []
+
+        def attempt():
+            try:
+                load(fifo)
+            except ValueError as exc:
+                outcome.append(str(exc))
+
+        reader = threading.Thread(target=attempt, daemon=True)
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), "load blocked on a FIFO"
+        assert outcome and "pipe.npz" in outcome[0] and "FIFO" in outcome[0]
+    if os.path.exists(os.devnull) and os.name == "posix":
+        opened, real_open = [], os.open
+        monkeypatch.setattr(serialization.os, "open",
+                            lambda *a, **k: (opened.append(a), real_open(*a, **k))[1])
+        with pytest.raises(ValueError, match="character device"):
+            load(os.devnull)
+        assert opened == []
+
+
+def _set_flag_bits(data: bytes, bits: int) -> bytes:
+    """``data`` with ``bits`` set in every member's local and central general-purpose flags."""
+    data = bytearray(data)
+    for signature, offset in [(b"PK\x03\x04", 6), (b"PK\x01\x02", 8)]:
+        for match in re.finditer(re.escape(signature), bytes(data)):
+            data[match.start() + offset] |= bits
+    return bytes(data)
+
+
+def _zip(tmp_path, members, compression=zipfile.ZIP_STORED, name="crafted.npz"):
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        for member, array in members.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, array)
+            zf.writestr(member + ".npy", buf.getvalue())
+    return path
+
+
+def _meta(tree):
+    text = '{"format": "numbagrad-checkpoint", "version": 1, "tree": %s}' % tree
+    return np.frombuffer(text.encode(), np.uint8)
+
+
+def test_encrypted_members_are_refused(tmp_path):
+    path = _saved(tmp_path, {"w": np.ones(3)})
+    path.write_bytes(_set_flag_bits(path.read_bytes(), 0x1))
+    with pytest.raises(ValueError, match="x.ckpt.*encrypted"):
+        load(path)
+
+
+def test_sizes_are_checked_before_decompressing(tmp_path):
+    bomb = _zip(tmp_path, {"__numbagrad__": _meta('{"array": 0}'),
+                           "a0": np.zeros(5_000_000, np.uint8)}, zipfile.ZIP_BZIP2, "bomb.npz")
+    assert os.path.getsize(bomb) < 5_000_000 // 1000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="bomb.npz.*1000:1"):
+            load(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000   # nothing was decompressed
+
+    path = _saved(tmp_path, {"w": np.arange(1000.0)})   # an 8128-byte member
+    with pytest.raises(ValueError, match="x.ckpt.*a0.npy.*max_bytes=8000"):
+        load(path, max_bytes=8000)
+    same(load(path, max_bytes=8128), {"w": np.arange(1000.0)})
+    with pytest.raises(ValueError, match="max_bytes"):
+        load(path, max_bytes=-1)
+    with pytest.raises(TypeError, match="max_bytes"):
+        load(path, max_bytes=1e9)
+
+
+def test_a_member_yielding_more_than_it_declares_is_refused(tmp_path, monkeypatch):
+    path = _saved(tmp_path, {"w": np.arange(4.0)})
+    real_open = zipfile.ZipFile.open
+
+    def lying_open(self, name, *args, **kwargs):   # what a lying decompressor would yield
+        with real_open(self, name, *args, **kwargs) as member:
+            return io.BytesIO(member.read() + bytes(3 << 20))
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", lying_open)
+    with pytest.raises(ValueError, match="x.ckpt.*declares"):
+        load(path)
+
+
+def test_a_header_that_does_not_match_the_declared_size_is_refused(tmp_path):
+    lying = io.BytesIO()   # claims 80 GB of float64 but holds 32 bytes, under a valid CRC
+    np.lib.format.write_array_header_1_0(
+        lying, {"descr": "<f8", "fortran_order": False, "shape": (10**10,)})
+    lying.write(np.ones(4).tobytes())
+    path = _zip(tmp_path, {"__numbagrad__": _meta('{"array": 0}')})
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("a0.npy", lying.getvalue())
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="crafted.npz.*a0.npy.*needs 80000000"):
+            load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000   # refused before allocating the array it claims
+
+
+def test_a_malformed_file_chains_the_underlying_error(tmp_path):
+    parts = _zip(tmp_path, {"__numbagrad__": _meta('{"array": 0}'),
+                            "a0": np.arange(2000.0)}, zipfile.ZIP_DEFLATED)
+    same(load(parts), np.arange(2000.0))   # a compressed archive is fine
+    data = bytearray(parts.read_bytes())
+    data[len(data) // 2] ^= 0x55           # inside a0's deflate stream
+    parts.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="crafted.npz") as info:
+        load(parts)
+    assert info.value.__cause__ is not None and not isinstance(info.value.__cause__, ValueError)
+
+
+# ----------------------------------------------------- temporaries of saves
+def _dead_pid():
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_the_temporary_carries_the_writers_pid(tmp_path, monkeypatch):
+    seen = []
+    real_write = np.lib.format.write_array
+
+    def spy(*args, **kwargs):
+        seen.extend(os.listdir(tmp_path))
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "write_array", spy)
+    save(tmp_path / "c.npz", [np.ones(2)])
+    assert seen and re.fullmatch(rf"\.c\.npz\.{os.getpid()}\.[0-9a-f]{{16}}\.tmp", seen[0])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="pids are checked with signal 0 on POSIX")
+def test_a_save_removes_only_the_temporaries_of_dead_writers_to_its_target(tmp_path):
+    dead, nonce = _dead_pid(), "0123456789abcdef"
+    stale = [f".c.npz.{dead}.{nonce}.tmp", f".c.npz.{dead}.{nonce[::-1]}.tmp"]
+    kept = [f".c.npz.1.{nonce}.tmp",                    # pid 1 always runs
+            f".c.npz.{os.getppid()}.{nonce}.tmp",       # a live writer, maybe another user's
+            f".c.npz.{os.getpid()}.{nonce}.tmp",        # this process (another thread's save)
+            f".d.npz.{dead}.{nonce}.tmp", f".c.npz.x.{dead}.{nonce}.tmp",   # other targets
+            f".c.npz.{dead}.{nonce}0.tmp", f".c.npz.{dead}.{nonce}.tmpx",   # not the pattern
+            f"c.npz.{dead}.{nonce}.tmp", ".c.npz.abcdefgh.tmp", "notes.txt"]
+    for name in stale + kept:
+        (tmp_path / name).write_bytes(b"junk")
+    save(tmp_path / "c.npz", [1])
+    assert sorted(os.listdir(tmp_path)) == sorted(kept + ["c.npz"])
+    assert load(tmp_path / "c.npz") == [1]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL and signal 0 are POSIX")
+def test_a_killed_saves_temporary_is_removed_by_the_next_save(tmp_path):
+    path = _saved(tmp_path, {"old": np.arange(3.0)}, name="c.npz")
+    before = path.read_bytes()
+    child = (
+        "import os, signal, sys\n"
+        "import numpy as np\n"
+        "from numbagrad.serialization import save\n"
+        "def die(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "np.lib.format.write_array = die\n"
+        "save(sys.argv[1], {'new': np.ones(1000)})\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    killed = subprocess.run([sys.executable, "-c", child, str(path)], env=env,
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    left = sorted(set(os.listdir(tmp_path)) - {"c.npz"})
+    assert len(left) == 1 and left[0].startswith(".c.npz.") and path.read_bytes() == before
+    save(path, {"newer": 1})
+    assert os.listdir(tmp_path) == ["c.npz"] and load(path) == {"newer": 1}
+
+
+def test_an_os_error_from_a_save_names_the_path(tmp_path, monkeypatch):
+    path = _saved(tmp_path, {"old": np.arange(3.0)})
+    before = path.read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(np.lib.format, "write_array", full)
+    with pytest.raises(OSError) as info:
+        save(path, {"new": np.ones(10)})
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+    assert str(path) in str(info.value) and os.strerror(errno.ENOSPC) in str(info.value)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == [path.name]
+    missing = tmp_path / "no-such-folder" / "c.npz"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
+        save(missing, [1])
 
 
 # ------------------------------------------- resuming training from a file
