@@ -843,7 +843,7 @@ def _refuse(folder: str, problem: str) -> str:
     fallback = _refused.get(folder)
     if fallback is None:
         fallback = _refused[folder] = os.path.join(_cache.private_tempdir(), "compiled")
-        os.makedirs(fallback, exist_ok=True)
+        os.makedirs(fallback, 0o700, exist_ok=True)
         warnings.warn(f"ng.compile: not using the cache folder {folder} ({problem}); generated "
                       f"steps go to the private folder {fallback} for this process only. Set "
                       f"NUMBAGRAD_CACHE_DIR (or cache_dir=) to a folder of your own to keep "
