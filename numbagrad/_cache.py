@@ -61,11 +61,12 @@ def ensure_numba_cache() -> None:
                            f"in {os.path.dirname(_KERNEL_FILE)} and no temporary folder is "
                            f"usable ({exc}); set NUMBA_CACHE_DIR to a writable folder") from None
     numba.config.CACHE_DIR = folder
-    warnings.warn(f"numbagrad: no writable cache location for Numba (NUMBA_CACHE_DIR is "
-                  f"{os.environ.get('NUMBA_CACHE_DIR') or 'unset'}, "
-                  f"{os.path.dirname(_KERNEL_FILE)} and the home folder are not writable); "
-                  f"compiled kernels are cached in {folder} for this process only. Set "
-                  f"NUMBA_CACHE_DIR to a writable folder of your own to keep them across runs",
+    configured = os.environ.get("NUMBA_CACHE_DIR")
+    configured = f"NUMBA_CACHE_DIR={configured!r}" if configured else "NUMBA_CACHE_DIR unset"
+    warnings.warn(f"numbagrad: no writable cache location for Numba ({configured}; neither "
+                  f"{os.path.dirname(_KERNEL_FILE)}/__pycache__ nor the user's cache folder is "
+                  f"writable): compiled kernels are cached in {folder} for this process only. "
+                  f"Set NUMBA_CACHE_DIR to a writable folder of your own to keep them",
                   RuntimeWarning, stacklevel=2)
 
 

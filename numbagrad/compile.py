@@ -33,8 +33,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import hashlib
-import importlib
-import importlib.util
 import math
 import os
 import sys
@@ -842,8 +840,9 @@ def _refuse(folder: str, problem: str) -> str:
     """The private temporary folder used instead of ``folder`` (warned once per folder)."""
     fallback = _refused.get(folder)
     if fallback is None:
-        fallback = _refused[folder] = os.path.join(_cache.private_tempdir(), "compiled")
+        fallback = os.path.join(_cache.private_tempdir(), "compiled")
         os.makedirs(fallback, 0o700, exist_ok=True)
+        _refused[folder] = fallback
         warnings.warn(f"ng.compile: not using the cache folder {folder} ({problem}); generated "
                       f"steps go to the private folder {fallback} for this process only. Set "
                       f"NUMBAGRAD_CACHE_DIR (or cache_dir=) to a folder of your own to keep "
@@ -1484,7 +1483,12 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     a later process skip compiling it. The source holds no addresses, shapes
     or kernels (they are data), so graphs of the same form share it: a new
     batch size records again but compiles nothing. ``step.stats`` reports
-    each recording's record, codegen and jit time and the cache outcome.
+    each recording's record, codegen and jit time and the cache outcome. The
+    folder must be this user's own with mode 0700 (created so); any other one
+    (someone else's, group- or world-writable, a symlink, not writable) is
+    refused, with one warning, for a private ``tempfile.mkdtemp`` folder, and a
+    module found there runs only if it holds exactly the source its name is
+    the hash of (else it is written again, with a warning).
 
     **Optimizer.** On the CPU the update is part of the compiled function:
     at a window boundary it checks the window's total, clips it and applies
