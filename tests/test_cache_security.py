@@ -254,7 +254,7 @@ def test_import_and_training_work_with_no_writable_cache_location(tmp_path):
             os.chmod(os.path.join(folder, name), 0o555 if name == "." else 0o444)
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_CACHE_DIR", "NUMBAGRAD_CACHE_DIR", "XDG_CACHE_HOME")}
-    env.update(HOME=str(home), PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    env.update(HOME=str(home), PYTHONPATH=str(copy))
     kernel_file = str(copy / "numbagrad" / "kernels" / "cpu" / "elementwise.py")
     try:
         done = subprocess.run([sys.executable, "-c", NO_CACHE_RUN, kernel_file], env=env,
