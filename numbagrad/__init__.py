@@ -8,6 +8,7 @@
     loss.backward()
     opt.step()          # True on every 4th call, when the update is applied
 """
+from . import _cache  # noqa: F401 (first: settles where Numba caches, before any @njit)
 from . import cuda, nn, optim
 from .compile import compile
 from .kernels import cuda_available
