@@ -10,21 +10,29 @@ call in K applies the update). The cases:
   batch of 256, ReLU, cross-entropy, Adam, float32.
 
 Peers, all from the same weights and data, doing the same update:
-numbagrad, ``numbagrad compiled`` (``ng.compile``, when it exists), a
-hand-written NumPy loop with preallocated buffers, PyTorch eager and JAX
+numbagrad, ``numbagrad compiled`` (``ng.compile``), a hand-written NumPy
+loop with preallocated buffers, PyTorch eager (on one thread and on its
+default count, the faster kept), PyTorch with ``torch.compile``, JAX
 (``jax.jit`` + ``optax.MultiSteps``) when importable, and the GEMM floor: the
-matrix products no micro-step can avoid, timed alone.
+matrix products no micro-step can avoid, timed alone through SciPy's BLAS,
+the library numbagrad's kernels call.
 
-The peers of a row are timed interleaved, round by round (A B C D, B C D A,
-...), each sample a whole number of accumulation windows, so a burst of load
-on a shared machine hits all of them. Per peer: best, median and spread
-(interquartile range / median) of the rounds; ratios are of best times from
-the same rounds. A row whose spread is large, with a time below its floor,
-or whose floor runs faster on one BLAS thread than on all (threads waiting
-for cores that other processes hold) is marked, and the run ends with a
-warning to rerun with ``--repeat`` (and ``--threads 1``, which pins every
-library's thread pools). Then: the first micro-step in a fresh process, the
-allreduce share of a 2-rank window, and the verdict on the issues' targets.
+Each peer group runs in a process of its own (``bench_peers.py --serve``)
+with its library's defaults, so no library changes another's threads or
+wait policy; this process imports none of them. The peers of a row are
+timed interleaved, round by round (A B C D, B C D A, ...), one process
+timing at a time, each sample a whole number of accumulation windows, so a
+burst of load on a shared machine hits all of them. Per peer: best, median
+and spread (interquartile range / median) of the rounds; ratios are of best
+times from the same rounds. A row whose spread is large, with a time below
+its floor, or whose floor runs faster on one BLAS thread than on all
+(threads waiting for cores that other processes hold) is marked, and the
+run ends with a warning to rerun with ``--repeat`` (and ``--threads 1``,
+which pins every library's thread pools). When ``OPENBLAS_CORETYPE`` forces
+an older OpenBLAS kernel than this CPU's own, the run says so and drops the
+variable for its children (``--keep-blas-env`` keeps it). Then: the first
+micro-step in a fresh process, the allreduce share of a 2-rank window, and
+the verdict on the issues' targets.
 
     python scripts/bench.py --quick              # the README's main job
     python scripts/bench.py --json out.json --plot out.png
@@ -62,7 +70,7 @@ SPREAD_LIMIT = 0.20          # a cell whose IQR / median exceeds this marks its 
 STALL_LIMIT = 1.25
 MLP_ROW = ("float32", "adam")        # the one (dtype, optimizer) an MLP case runs
 QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large"]
-QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps under a minute on two cores:
+QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps to a few minutes on two cores:
 QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 
 

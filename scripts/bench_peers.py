@@ -635,7 +635,9 @@ class Server:
             import numbagrad as ng
             return ng.cuda.synchronize
         torch = _torch() if self.group in ("torch", "torch compiled", "numpy") else None
-        return torch.cuda.synchronize if torch is not None else None
+        if torch is None or not torch.cuda.is_available():
+            return None
+        return torch.cuda.synchronize
 
     def prepare(self, name: str, min_time: float, repeats: int) -> dict:
         """Warm up and calibrate ``name``; PyTorch on 1 thread and on its
