@@ -175,6 +175,12 @@ def test_threads_take_turns_between_windows_and_take_up_an_ended_threads_window(
     assert opt.pending_steps == 1
     assert opt.flush() is True         # this thread takes the ended thread's window up
     assert (opt.t, opt.pending_steps) == (3, 0)
+    micro_step(W, b, opt)              # this thread holds a window again ...
+    opt.load_state_dict(opt.state_dict())   # ... which, loaded, is no thread's
+    t = threading.Thread(target=micro_step, args=(W, b, opt))
+    t.start()
+    t.join()
+    assert (opt.t, opt.pending_steps) == (4, 0)
 
 
 def test_a_compiled_step_is_refused_too():

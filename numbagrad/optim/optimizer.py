@@ -36,8 +36,9 @@ class Optimizer:
     than mixing its micro-step into the open window: the optimizer cannot
     see where another thread's micro-step begins (backward writes ``.grad``
     directly), so it cannot serialise whole micro-steps. Between windows
-    any thread may take it up; a window whose thread has ended is taken up
-    too. Give each thread its own optimizer to train in parallel.
+    any thread may take it up, as it may a window whose thread has ended
+    or one just loaded by ``load_state_dict``. Give each thread its own
+    optimizer to train in parallel.
     """
 
     def __init__(self, params: Any, rule: Rule, lr: Any, accumulate_steps: Any,
@@ -274,7 +275,7 @@ class Optimizer:
         try:
             self._load_state_dict(state)
         finally:
-            win.release_if_idle()
+            win.release()   # a loaded window is no thread's: the next to use it takes it
 
     def _load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:

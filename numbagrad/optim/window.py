@@ -22,6 +22,8 @@ from .rules import Rule
 
 # added to the norm before dividing, as torch.nn.utils.clip_grad_norm_
 CLIP_EPS = 1e-6
+# taken while a thread claims a window (once per window), shared by all windows
+_CLAIMING = threading.Lock()
 
 
 class WindowHook(Protocol):
@@ -66,7 +68,6 @@ class Window:
         # The ident of the thread holding the window, or None. Callers compare it
         # with threading.get_ident() and call claim() only when it differs.
         self.thread: int | None = None
-        self._claiming = threading.Lock()
 
     # ------------------------------------------------------- threads
     def claim(self, what: str) -> None:
@@ -77,7 +78,7 @@ class Window:
         free window (or one whose holder has ended) one after the other.
         """
         me = threading.get_ident()
-        with self._claiming:
+        with _CLAIMING:
             held = self.thread
             if held is not None and held != me:
                 holder = next((t for t in threading.enumerate() if t.ident == held), None)
