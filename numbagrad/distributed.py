@@ -29,6 +29,7 @@ from .optim import Optimizer
 from .optim._checks import collect_params
 from .optim.groups import TAIL, decode_count, encode_count
 
+ABORT_DELAY = 0.5   # seconds between printing an uncaught exception and MPI_Abort
 _comm: MPI.Comm | None = None
 _previous_excepthook: Any = None
 
@@ -38,7 +39,8 @@ def init(comm: MPI.Comm | None = None) -> MPI.Comm:
 
     When the job has more than one process, it also installs a
     ``sys.excepthook`` that prints an uncaught exception (through the hook
-    it replaces) and then calls ``MPI.COMM_WORLD.Abort``, as ``python -m
+    it replaces) and, ``ABORT_DELAY`` seconds later (for the launcher to
+    forward the output), calls ``MPI.COMM_WORLD.Abort``, as ``python -m
     mpi4py`` does: a rank that raises ends every rank (exit status 1, or
     130 for KeyboardInterrupt) rather than leaving them waiting in an
     allreduce. Interactive sessions (``python -i``) keep their hook. An
@@ -65,6 +67,9 @@ def _abort_on_uncaught(kind: type[BaseException], value: BaseException, tb: Any)
               f"{kind.__name__}; aborting the job (MPI_Abort)", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
+        # MPI_Abort ends the launcher too, which drops output it has not yet
+        # forwarded (other ranks' tracebacks as well): give it a moment.
+        time.sleep(ABORT_DELAY)
     finally:
         MPI.COMM_WORLD.Abort(128 + signal.SIGINT if issubclass(kind, KeyboardInterrupt) else 1)
 
