@@ -102,7 +102,7 @@ class Window:
                 f"optimizer's open accumulation window (accumulate_steps="
                 f"{self.accumulate_steps}). A window belongs to one thread at a time, from "
                 f"its first backward() or step() to the update that closes it, so that no "
-                f"micro-step of one thread lands in another's window; nothing was changed. "
+                f"micro-step of one thread lands in another's window; this optimizer is unchanged. "
                 f"Give each thread its own optimizer (and params), or end the window in "
                 f"{holder.name!r} first (its last step(), flush() or zero_grad())")
 
