@@ -59,6 +59,7 @@ from . import tensor as tensor_module
 from .kernels.cpu.losses import first_bad_label
 from .ops import losses as losses_module
 from .optim.fused import FusedUpdate
+from .optim.window import Window
 from .tensor import Tensor
 
 __all__ = ["CompiledStep", "GraphChangedError", "compile"]
@@ -979,6 +980,12 @@ def _no_step() -> None:
     return None
 
 
+def _window_of(optimizer: Any) -> Window | None:
+    """A numbagrad optimizer's window (also through DistributedOptimizer), else None."""
+    win = getattr(optimizer, "_window", None)
+    return win if isinstance(win, Window) else None
+
+
 def _data(a: Any) -> Any:
     return a._data if isinstance(a, Tensor) else a
 
@@ -1239,6 +1246,7 @@ class CompiledStep:
                             f"{type(optimizer).__name__}")
         self.fn = fn
         self._optimizer = optimizer
+        self._window = _window_of(optimizer)
         self.verify = bool(verify)
         self.fuse = bool(fuse_update)
         self.cache_dir = cache_dir
@@ -1262,6 +1270,7 @@ class CompiledStep:
         if value is not None and not callable(getattr(value, "step", None)):
             raise TypeError(f"optimizer must have a step() method, got {type(value).__name__}")
         self._optimizer = value
+        self._window = _window_of(value)
         self._entries.clear()
         self._last = None
 
@@ -1270,6 +1279,9 @@ class CompiledStep:
         return f"ng.compile({name}, {len(self._entries)} signature(s))"
 
     def __call__(self, *args: Any) -> Tensor:
+        win = self._window   # the optimizer's window is one thread's (optim/window.py)
+        if win is not None and win.thread != threading.get_ident():
+            win.claim("a compiled step (ng.compile)")
         entry = self._last
         if entry is not None:
             out = entry.run(args)

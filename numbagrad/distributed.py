@@ -2,9 +2,10 @@
 
 Import it only when needed (``import numbagrad.distributed as dist``): it
 needs mpi4py and an MPI library (``pip install numbagrad[mpi]``; on a laptop
-or CI also ``pip install mpich``). Launch with
-``mpiexec -n N python -m mpi4py train.py``: ``-m mpi4py`` turns an exception
-in any rank into an abort of the whole job instead of a hang.
+or CI also ``pip install mpich``). Launch with ``mpiexec -n N python
+train.py`` (or ``python -m mpi4py train.py``): after ``init()`` an uncaught
+exception in any rank is printed and aborts the whole job, as ``-m mpi4py``
+does, instead of leaving the other ranks waiting in a collective forever.
 
 Each rank runs its own shard through the usual loop. ``DistributedOptimizer``
 sums the window's gradients across ranks with one in-place allreduce of the
@@ -16,6 +17,8 @@ non-finite check see the reduced total, so every rank decides the same.
 """
 from __future__ import annotations
 
+import signal
+import sys
 import time
 from typing import Any
 
@@ -26,16 +29,49 @@ from .optim import Optimizer
 from .optim._checks import collect_params
 from .optim.groups import TAIL, decode_count, encode_count
 
+ABORT_DELAY = 0.5   # seconds between printing an uncaught exception and MPI_Abort
 _comm: MPI.Comm | None = None
+_previous_excepthook: Any = None
 
 
 def init(comm: MPI.Comm | None = None) -> MPI.Comm:
-    """Choose the communicator (default ``MPI.COMM_WORLD``); return it."""
-    global _comm
+    """Choose the communicator (default ``MPI.COMM_WORLD``); return it.
+
+    When the job has more than one process, it also installs a
+    ``sys.excepthook`` that prints an uncaught exception (through the hook
+    it replaces) and, ``ABORT_DELAY`` seconds later (for the launcher to
+    forward the output), calls ``MPI.COMM_WORLD.Abort``, as ``python -m
+    mpi4py`` does: a rank that raises ends every rank (exit status 1, or
+    130 for KeyboardInterrupt) rather than leaving them waiting in an
+    allreduce. Interactive sessions (``python -i``) keep their hook. An
+    exception in a thread other than the main one, or ``sys.exit(n)``, does
+    not go through ``sys.excepthook`` and aborts nothing.
+    """
+    global _comm, _previous_excepthook
     if not MPI.Is_initialized():
         MPI.Init()
     _comm = comm if comm is not None else MPI.COMM_WORLD
+    if (MPI.COMM_WORLD.Get_size() > 1 and not sys.flags.interactive
+            and sys.excepthook is not _abort_on_uncaught):
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _abort_on_uncaught
     return _comm
+
+
+def _abort_on_uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """``sys.excepthook`` after ``init()``: print the exception, then abort every rank."""
+    try:
+        (_previous_excepthook or sys.__excepthook__)(kind, value, tb)
+        world = MPI.COMM_WORLD
+        print(f"numbagrad.distributed: rank {world.Get_rank()} of {world.Get_size()} raised "
+              f"{kind.__name__}; aborting the job (MPI_Abort)", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # MPI_Abort ends the launcher too, which drops output it has not yet
+        # forwarded (other ranks' tracebacks as well): give it a moment.
+        time.sleep(ABORT_DELAY)
+    finally:
+        MPI.COMM_WORLD.Abort(128 + signal.SIGINT if issubclass(kind, KeyboardInterrupt) else 1)
 
 
 def _world() -> MPI.Comm:

@@ -70,18 +70,22 @@ class _Backward:
     end and returned to the caller (``collect`` on).
     """
 
-    __slots__ = ("collect", "pending", "calls")
+    __slots__ = ("collect", "pending", "calls", "thread")
 
     def __init__(self, collect: bool) -> None:
         self.collect = collect
         self.pending: dict[Node, Any] = {}
         self.calls: dict[Tensor, Any] = {}
+        self.thread = threading.get_ident()
 
     def dest(self, t: Tensor) -> tuple[Any, float]:
         """An array to write ``t``'s gradient into, and the beta to use:
         0.0 means overwrite it, 1.0 means add to what is there."""
         node = t._node
         if node is None and not self.collect:
+            owner = t._owner   # an optimizer's window is one thread's (optim/window.py)
+            if owner is not None and owner._window.thread != self.thread:
+                owner._window.claim("backward()")
             # A cleared accumulator holds zeros, so adding is always right.
             t._live = True
             acc = t._acc
@@ -175,6 +179,10 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
         node.saved = ()
     if not collect:
         return None
+    for t in ctx.calls:
+        owner = t._owner
+        if owner is not None and owner._window.thread != ctx.thread:
+            owner._window.claim("backward()")
     grads = {}
     for t, g in ctx.calls.items():
         t._kern.axpby(1.0, g, 1.0, t._accumulator())

@@ -291,3 +291,47 @@ def test_the_configuration_check_passes_on_agreeing_ranks():
         dist.DistributedOptimizer(opt.optimizer)
     W.grad = np.ones((2, 3))
     assert opt.step(samples=3) is True and opt.allreduce_calls == 1
+
+
+# ------------------------------------- a plain launch (no -m mpi4py) that raises
+RAISES = r'''
+import sys, time
+sys.path.insert(0, sys.argv[2])
+import numpy as np
+import numbagrad as ng
+import numbagrad.distributed as dist
+
+dist.init()
+rank = dist.rank()
+W = ng.param(np.ones((2, 3)))
+opt = dist.DistributedOptimizer(ng.optim.SGD([W], lr=0.1))
+x = ng.tensor(np.ones((3 if rank == 0 else 4, 5)))    # rank 1: a shape error
+if rank == 1:
+    with open(sys.argv[1], "w") as fh:
+        fh.write(repr(time.time()))
+with ng.grad_tape():
+    loss = ng.mse_loss(W @ x, np.zeros((2, 5)))
+loss.backward()
+opt.step()            # rank 0 waits here for rank 1's part of the allreduce
+'''
+
+
+def test_init_makes_a_rank_that_raises_abort_a_plain_launch(tmp_path):
+    script, stamp = tmp_path / "raises.py", tmp_path / "raised_at"
+    script.write_text(RAISES)
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, str(script), str(stamp),
+                             str(ROOT)], env=dict(os.environ, **MPI_ENV), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)      # mpiexec and both ranks
+        out, err = proc.communicate()
+        pytest.fail(f"the job hung: rank 0 still waited {TIMEOUT} s after rank 1 raised\n"
+                    f"{out}{err}"[-3000:])
+    ended = time.time()
+    assert proc.returncode != 0, out + err
+    assert ended - float(stamp.read_text()) < 10, "the job outlived the failing rank by 10 s"
+    assert "ValueError: matmul: shapes (2, 3) and (4, 5) are not aligned" in err, err[-3000:]
+    assert "rank 1 of 2 raised ValueError; aborting the job" in err, err[-3000:]

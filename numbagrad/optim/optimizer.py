@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from threading import get_ident
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,19 @@ class Optimizer:
     ``step()`` closes a window every ``accumulate_steps`` calls: the first
     k-1 calls change nothing and return False, the k-th applies one update
     from the window's total and returns True.
+
+    Threads: a window belongs to one thread at a time, from the first
+    ``backward()`` into the optimizer's params (or ``step()``, ``flush()``,
+    ...) to the update that closes it (or ``zero_grad()``). Another thread's
+    ``backward()`` into those params, ``step``, ``flush``, ``zero_grad``,
+    ``state_dict`` or ``load_state_dict`` meanwhile raises a RuntimeError
+    naming the optimizer and both threads, before anything changes, rather
+    than mixing its micro-step into the open window: the optimizer cannot
+    see where another thread's micro-step begins (backward writes ``.grad``
+    directly), so it cannot serialise whole micro-steps. Between windows
+    any thread may take it up, as it may a window whose thread has ended
+    or one just loaded by ``load_state_dict``. Give each thread its own
+    optimizer to train in parallel.
     """
 
     def __init__(self, params: Any, rule: Rule, lr: Any, accumulate_steps: Any,
@@ -46,7 +60,7 @@ class Optimizer:
         for group in groups:
             group.slots = rule.new_slots(group)
         self._window = Window(groups, {p.id: name for p, name in zip(plist, names)}, k,
-                              average, max_grad_norm, nonfinite)
+                              average, max_grad_norm, nonfinite, type(self).__name__)
 
     # ------------------------------------------------------- properties
     @property
@@ -125,13 +139,19 @@ class Optimizer:
         """
         self._check_usable()
         win = self._window
-        n = win.check_samples(samples)
-        plan = win.plan(grads)
-        closing = win.pos + 1 == win.accumulate_steps
-        lr = self._lr_for(win.t) if closing else 0.0
-        win.warn_if_empty(plan, win.pos + 1 if closing else 0)
-        win.record(plan, n)
-        return win.close(self._rule, lr) if closing else False
+        if win.thread != get_ident():
+            win.claim("step()")
+        try:
+            n = win.check_samples(samples)
+            plan = win.plan(grads)
+            closing = win.pos + 1 == win.accumulate_steps
+            lr = self._lr_for(win.t) if closing else 0.0
+            win.warn_if_empty(plan, win.pos + 1 if closing else 0)
+            win.record(plan, n)
+            return win.close(self._rule, lr) if closing else False
+        except BaseException:
+            win.release_if_idle()
+            raise
 
     def flush(self) -> bool:
         """Apply the current window now, scaled by what it holds; False if it is empty.
@@ -145,12 +165,19 @@ class Optimizer:
         """
         self._check_usable()
         win = self._window
-        positions = win.pos if win.hook is None else win.hook.total_positions(win.pos)
-        if not positions:
-            return False
-        lr = self._lr_for(win.t)
-        win.warn_if_empty(None, win.pos)
-        return win.close(self._rule, lr, positions)
+        if win.thread != get_ident():
+            win.claim("flush()")
+        try:
+            positions = win.pos if win.hook is None else win.hook.total_positions(win.pos)
+            if not positions:
+                win.release_if_idle()
+                return False
+            lr = self._lr_for(win.t)
+            win.warn_if_empty(None, win.pos)
+            return win.close(self._rule, lr, positions)
+        except BaseException:
+            win.release_if_idle()
+            raise
 
     def zero_grad(self) -> None:
         """Set every param's ``.grad`` to None (the buffers are reused).
@@ -159,7 +186,13 @@ class Optimizer:
         micro-batches accumulated so far, restarts the window and warns.
         """
         self._check_usable()
-        self._window.zero_grad()
+        win = self._window
+        if win.thread != get_ident():
+            win.claim("zero_grad()")
+        try:
+            win.zero_grad()
+        finally:
+            win.release_if_idle()
 
     def _lr_for(self, t: int) -> float:
         if not callable(self._lr):
@@ -201,12 +234,21 @@ class Optimizer:
         """
         self._check_usable()
         win = self._window
+        if win.thread != get_ident():
+            win.claim("state_dict()")
+        try:
+            return self._state_dict()
+        finally:
+            win.release_if_idle()
+
+    def _state_dict(self) -> dict[str, Any]:
+        win = self._window
         if callable(self._lr) and not isinstance(self._lr, schedules.Schedule):
             warnings.warn(f"lr is the callable {_callable_name(self._lr)}, which a state "
                           f"dict cannot hold; it is saved by name only and "
                           f"load_state_dict() keeps the loading optimizer's own lr "
                           f"(ng.optim.schedules are saved by value)",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=3)
         groups = []
         for g in win.groups:
             kern = g.kern
@@ -227,6 +269,15 @@ class Optimizer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict()`` output; checks everything before changing anything."""
         self._check_usable()
+        win = self._window
+        if win.thread != get_ident():
+            win.claim("load_state_dict()")
+        try:
+            self._load_state_dict(state)
+        finally:
+            win.release()   # a loaded window is no thread's: the next to use it takes it
+
+    def _load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:
             hyper, lr, counters = self._check_state(state)
         except (KeyError, TypeError, AttributeError) as exc:

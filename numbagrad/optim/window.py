@@ -10,6 +10,7 @@ it in one reduction pass, and hands the update to the rule.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -21,6 +22,8 @@ from .rules import Rule
 
 # added to the norm before dividing, as torch.nn.utils.clip_grad_norm_
 CLIP_EPS = 1e-6
+# taken while a thread claims a window (once per window), shared by all windows
+_CLAIMING = threading.Lock()
 
 
 class WindowHook(Protocol):
@@ -36,10 +39,17 @@ class WindowHook(Protocol):
 
 
 class Window:
-    """Positions, spellings, samples, flush, non-finite checks and clipping."""
+    """Positions, spellings, samples, flush, non-finite checks and clipping.
+
+    A window belongs to one thread at a time (``claim``): the first thread
+    that accumulates into it (backward, step, ...) holds it until the update
+    that closes it, or ``zero_grad``; another thread's use meanwhile raises.
+    """
 
     def __init__(self, groups: list[Group], names: dict[int, str], accumulate_steps: int,
-                 average: bool | str, max_grad_norm: float | None, nonfinite: str) -> None:
+                 average: bool | str, max_grad_norm: float | None, nonfinite: str,
+                 kind: str = "optimizer") -> None:
+        self.kind = kind             # the optimizer's class name, for messages
         self.groups = groups
         self.names = names
         self.index = {p.id: (group, i) for group in groups for i, p in enumerate(group.params)}
@@ -55,6 +65,46 @@ class Window:
         self.last_grad_norm: float | None = None
         self.hook: WindowHook | None = None
         self.all_live = False        # update every param, reached or not (distributed)
+        # The ident of the thread holding the window, or None. Callers compare it
+        # with threading.get_ident() and call claim() only when it differs.
+        self.thread: int | None = None
+
+    # ------------------------------------------------------- threads
+    def claim(self, what: str) -> None:
+        """Make the calling thread the window's holder, or raise a RuntimeError.
+
+        A thread that holds the window is the only one that changes
+        ``thread`` (``release``); the lock makes two threads' takeovers of a
+        free window (or one whose holder has ended) one after the other.
+        """
+        me = threading.get_ident()
+        with _CLAIMING:
+            held = self.thread
+            if held is not None and held != me:
+                holder = next((t for t in threading.enumerate() if t.ident == held), None)
+                if holder is not None:
+                    raise RuntimeError(self._refusal(what, holder))
+            self.thread = me
+
+    def release(self) -> None:
+        """Give up the window if the calling thread holds it (it is closed or empty)."""
+        if self.thread == threading.get_ident():
+            self.thread = None
+
+    def release_if_idle(self) -> None:
+        """Release the window if it holds nothing: no micro-step and no ``.grad``."""
+        if not self.pos and not any(p._live for g in self.groups for p in g.params):
+            self.release()
+
+    def _refusal(self, what: str, holder: threading.Thread) -> str:
+        return (f"{self.kind} over {self._param_names()}: {what} in thread "
+                f"{threading.current_thread().name!r}, but thread {holder.name!r} holds this "
+                f"optimizer's open accumulation window (accumulate_steps="
+                f"{self.accumulate_steps}). A window belongs to one thread at a time, from "
+                f"its first backward() or step() to the update that closes it, so that no "
+                f"micro-step of one thread lands in another's window; this optimizer is unchanged. "
+                f"Give each thread its own optimizer (and params), or end the window in "
+                f"{holder.name!r} first (its last step(), flush() or zero_grad())")
 
     # ------------------------------------------------------- micro-steps
     def check_samples(self, samples: Any) -> int:
@@ -227,6 +277,7 @@ class Window:
         self.pos = 0
         self.mode = None
         self.samples = 0
+        self.release()
 
     # ------------------------------------------------------------ .grad
     def zero_grad(self) -> None:
