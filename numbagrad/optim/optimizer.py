@@ -137,8 +137,16 @@ class Optimizer:
         ``average="samples"`` every call passes ``samples=n``, the micro-batch's
         sample count. Returns False, too, when a non-finite window is skipped.
         """
-        self._check_usable()
         win = self._window
+        # The common call, a .grad micro-step that does not close the window,
+        # by this window's thread: all the checks below would pass and only count it.
+        if grads is None and samples is None and win.pos + 1 < win.accumulate_steps \
+                and win.thread == get_ident() and win.mode != "map" \
+                and win.average != "samples" and not self._taken:
+            win.mode = "grad"
+            win.pos += 1
+            return False
+        self._check_usable()
         if win.thread != get_ident():
             win.claim("step()")
         try:
