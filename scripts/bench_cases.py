@@ -2,7 +2,8 @@
 peers a case runs, and how a case is named in the table and the plot.
 
 ``CASES`` and ``K`` are read by the peer processes too (``bench_peers.py``),
-so this module imports nothing but the standard library.
+so this module (and ``bench_machine``, which it imports) needs only the
+standard library.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ libraries of the peers it runs, with their defaults (threads, OpenMP wait
 policy, BLAS): importing numbagrad next to PyTorch or JAX changed their
 speed, and the other way round. ``python scripts/bench_peers.py --serve
 GROUP`` serves one group of peers (``GROUPS``) to ``bench.py`` over its
-stdin and stdout, one JSON object a line.
+stdin and stdout, one JSON object a line. The cases come from ``bench_cases``.
 """
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ def sync_for(device: str) -> Callable[[], None]:
 
 
 def summarize(samples: list[float], calls: int) -> dict:
+    """A peer's statistics over its samples: best, quartiles and spread."""
     q1, med, q3 = np.percentile(samples, [25, 50, 75])
     return {"best_s": min(samples), "median_s": float(med), "q1_s": float(q1),
             "q3_s": float(q3), "spread": float((q3 - q1) / med) if med > 0 else 0.0,
