@@ -1,67 +1,27 @@
-"""scikit-learn estimators trained by numbagrad: ``MLPClassifier``, ``MLPRegressor``.
-
-Drop-in for ``sklearn.neural_network.MLPClassifier`` / ``MLPRegressor`` with
-the Adam solver: the same constructor parameters and defaults where they
-apply, the same loss (data loss plus ``0.5 * alpha * ||W||^2 / n_batch`` over
-the weights), Glorot-uniform initialisation drawn from ``random_state`` in
-scikit-learn's order, the same shuffling, batching, early stopping and
-``tol`` / ``n_iter_no_change`` convergence rule, and the same fitted
-attributes (``coefs_``, ``intercepts_``, ``loss_curve_``, ``n_iter_``,
-``classes_``...). The forward and backward passes run on numbagrad's Numba
-kernels; ``predict`` uses ``coefs_`` with NumPy, as scikit-learn does.
-One known difference: the Adam update is PyTorch's (``eps`` added to
-``sqrt(v_hat)``), scikit-learn's adds ``eps`` to ``sqrt(v)``, which only
-matters while ``v`` is of the order of ``eps**2``.
-
-Three extra parameters:
-
-- ``accumulate_steps`` (default 1) splits every batch into that many
-  micro-batches whose gradients are accumulated before the one update, so
-  the updates are those of ``accumulate_steps=1`` (up to rounding) with a
-  smaller peak memory.
-- ``dtype`` (default None: the input's, float32 kept, anything else float64,
-  as scikit-learn does) forces float32 or float64 training.
-- ``device`` ("cpu" or "cuda") is where training runs.
-
-Sparse ``X`` is accepted (as scikit-learn's MLPs do) and densified for
-training. While the layers are small (under ~4M multiply-adds per GEMM)
-``fit`` runs the BLAS on one thread, which is faster for them and immune to
-a busy machine's descheduled BLAS threads.
-
-Needs scikit-learn >= 1.6 (``pip install numbagrad[sklearn]``); ``verbose``
-shows a tqdm progress bar when tqdm is installed and plain per-epoch lines
-otherwise.
-"""
+"""The training loop both estimators share (``_BaseMLP``) and its host maths."""
 from __future__ import annotations
 
 import contextlib
 import itertools
-import numbers
 import sys
 import warnings
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
-from scipy.special import expit, xlogy
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_classifier
+from scipy.special import expit
+from sklearn.base import BaseEstimator, is_classifier
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import LabelBinarizer
-from sklearn.utils import check_random_state, column_or_1d
-from sklearn.utils.multiclass import check_classification_targets, type_of_target, unique_labels
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import validate_data
 from threadpoolctl import ThreadpoolController
 
-from . import nn, ops, optim
-from .tape import grad_tape
-from .tensor import as_tensor, tensor
+from .. import kernels, nn, ops, optim
+from ..tape import grad_tape
+from ..tensor import as_tensor, tensor
+from ._params import check_params
 
-__all__ = ["MLPClassifier", "MLPRegressor"]
-
-_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
-_ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
 _TAPE_ACT = {"identity": None, "logistic": ops.sigmoid, "tanh": ops.tanh, "relu": ops.relu}
 
 
@@ -98,35 +58,20 @@ def _small_blas(work: int) -> Any:
     return _controller.limit(limits=1, user_api="blas")
 
 
-@njit(cache=True)
-def _l2_into_grad(w, g, c):   # pragma: no cover (compiled)
-    """g += c * w over one weight matrix; returns sum(w * w). One pass, and no
-    NumPy BLAS call (which would wake a second thread pool beside the kernels')."""
-    ws = w.ravel()
-    gs = g.ravel()
-    total = 0.0
-    for i in range(ws.size):
-        v = ws[i]
-        total += v * v
-        gs[i] += c * v
-    return total
+def _add_l2(weights: list, c: float) -> float:
+    """Add the L2 penalty's gradient ``c * W`` into each weight's gradient;
+    returns ``sum(||W||^2)``. The same kernels on either device (no NumPy
+    BLAS call, which would wake a second thread pool beside the kernels')."""
+    kern = kernels.get(weights[0].device)
+    sq = kern.empty((len(weights),), np.float64)
+    for i, w in enumerate(weights):
+        kern.sumsq(w.data.ravel(), sq[i:i + 1])
+        kern.axpby(c, w.data, 1.0, w.grad)
+    return float(kern.to_host(sq).sum())
 
 
 def _dense(X: Any) -> np.ndarray:
     return X.toarray() if sp.issparse(X) else X
-
-
-# ------------------------------------------------------- param validation
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
-def _bad(name: str, rule: str, value: Any) -> ValueError:
-    return ValueError(f"The {name!r} parameter must be {rule}. Got {value!r} instead.")
 
 
 class _BaseMLP(BaseEstimator):
@@ -134,61 +79,13 @@ class _BaseMLP(BaseEstimator):
 
     _loss_options: tuple[str, ...] = ()
 
-    # ---------------------------------------------------------- params
-    def _checked_params(self) -> list[int]:
-        """Validate the constructor parameters (at fit, as scikit-learn does);
-        return the hidden layer sizes as a list."""
-        sizes = self.hidden_layer_sizes
-        sizes = list(sizes) if hasattr(sizes, "__iter__") else [sizes]
-        if not all(_is_int(s) for s in sizes):
-            raise _bad("hidden_layer_sizes", "an int or a sequence of ints",
-                       self.hidden_layer_sizes)
-        if any(s <= 0 for s in sizes):
-            raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
-        checks = [
-            ("activation", self.activation in _ACTIVATIONS, f"one of {_ACTIVATIONS}"),
-            ("solver", self.solver == "adam", "'adam' (numbagrad's MLPs train with Adam only)"),
-            ("alpha", _is_real(self.alpha) and self.alpha >= 0, "a real number >= 0"),
-            ("batch_size", self.batch_size == "auto" if isinstance(self.batch_size, str)
-             else _is_int(self.batch_size) and self.batch_size >= 1, "'auto' or an int >= 1"),
-            ("learning_rate_init", _is_real(self.learning_rate_init)
-             and self.learning_rate_init > 0, "a real number > 0"),
-            ("max_iter", _is_int(self.max_iter) and self.max_iter >= 1, "an int >= 1"),
-            ("shuffle", isinstance(self.shuffle, (bool, np.bool_)), "a bool"),
-            ("tol", _is_real(self.tol) and self.tol >= 0, "a real number >= 0"),
-            ("verbose", isinstance(self.verbose, (bool, np.bool_)) or _is_int(self.verbose),
-             "a bool or an int"),
-            ("warm_start", isinstance(self.warm_start, (bool, np.bool_)), "a bool"),
-            ("early_stopping", isinstance(self.early_stopping, (bool, np.bool_)), "a bool"),
-            ("validation_fraction", _is_real(self.validation_fraction)
-             and 0 <= self.validation_fraction < 1, "a real number in [0, 1)"),
-            ("beta_1", _is_real(self.beta_1) and 0 <= self.beta_1 < 1, "a real number in [0, 1)"),
-            ("beta_2", _is_real(self.beta_2) and 0 <= self.beta_2 < 1, "a real number in [0, 1)"),
-            ("epsilon", _is_real(self.epsilon) and self.epsilon > 0, "a real number > 0"),
-            ("n_iter_no_change", (_is_int(self.n_iter_no_change) and self.n_iter_no_change >= 1)
-             or self.n_iter_no_change == np.inf, "an int >= 1 or numpy.inf"),
-            ("accumulate_steps", _is_int(self.accumulate_steps) and self.accumulate_steps >= 1,
-             "an int >= 1"),
-            ("device", self.device in ("cpu", "cuda"), "'cpu' or 'cuda'"),
-        ]
-        if self._loss_options:
-            checks.append(("loss", self.loss in self._loss_options,
-                           f"one of {self._loss_options}"))
-        for name, ok, rule in checks:
-            if not ok:
-                raise _bad(name, rule, getattr(self, name))
-        if self.dtype is not None:
-            try:
-                ok = np.dtype(self.dtype) in _FLOATS
-            except TypeError:
-                ok = False
-            if not ok:
-                raise _bad("dtype", "None, 'float32' or 'float64'", self.dtype)
-        return sizes
-
     # ------------------------------------------------------------ fit
+    def fit(self, X: Any, y: Any) -> _BaseMLP:
+        """Fit the model to ``X`` (n_samples, n_features) and labels or targets ``y``."""
+        return self._fit(X, y, incremental=False)
+
     def _fit(self, X: Any, y: Any, incremental: bool) -> _BaseMLP:
-        hidden = self._checked_params()
+        hidden = check_params(self, self._loss_options)
         first_pass = not hasattr(self, "coefs_") or (not self.warm_start and not incremental)
         X, Y = self._validate_input(X, y, incremental, reset=first_pass)
         if self.dtype is not None:
@@ -401,22 +298,12 @@ class _BaseMLP(BaseEstimator):
                         if i < last and act is not None:
                             h = act(h)
                     loss = loss_fn(h, Te[start:stop], scale, len(cuts) == 1)
-                    penalty = None
-                    if l2 and not on_cpu:
-                        penalty = sum(ops.sum(w * w) for w in weights) * (0.5 * alpha * scale)
-                        loss = loss + penalty
                 loss.backward()
                 batch_loss += loss.item() * report_scale
-                if l2:
+                if l2:   # d/dW of 0.5 * alpha * ||W||^2 / n
                     l2 = False
-                    if on_cpu:   # d/dW of 0.5 * alpha * ||W||^2 / n
-                        sq = 0.0
-                        for w in weights:
-                            sq += _l2_into_grad(w.data, w.grad, alpha * scale)
-                        batch_loss += 0.5 * alpha * sq * scale
-                    else:
-                        pen = penalty.item()
-                        batch_loss += pen * (1.0 - report_scale)
+                    sq = _add_l2(weights, alpha * scale)
+                    batch_loss += 0.5 * alpha * sq * scale
                 opt.step()
                 start = stop
             total += batch_loss * n
@@ -516,277 +403,3 @@ class _BaseMLP(BaseEstimator):
 
     def _tape_loss(self, out: Any, target: Any, scale: float, whole_batch: bool) -> Any:
         raise NotImplementedError
-
-
-_COMMON_DOC = """
-    Parameters
-    ----------
-    hidden_layer_sizes : array-like of shape (n_layers - 2,), default=(100,)
-    activation : {'identity', 'logistic', 'tanh', 'relu'}, default='relu'
-    solver : {'adam'}, default='adam'
-        Only Adam (PyTorch's formulas) is available.
-    alpha : float, default=0.0001
-        L2 penalty: ``0.5 * alpha * ||W||^2 / n_samples_in_batch`` over the weights.
-    batch_size : int or 'auto', default='auto' (``min(200, n_samples)``)
-    learning_rate_init : float, default=0.001
-    max_iter : int, default=200
-        Epochs (``partial_fit`` runs one).
-    shuffle : bool, default=True
-    random_state : int, RandomState instance or None, default=None
-    tol : float, default=1e-4
-    verbose : bool, default=False
-        A tqdm progress bar when tqdm is installed, else one line per epoch.
-    warm_start : bool, default=False
-    early_stopping : bool, default=False
-    validation_fraction : float, default=0.1
-    beta_1, beta_2, epsilon : float, default=0.9, 0.999, 1e-8
-    n_iter_no_change : int, default=10
-    accumulate_steps : int, default=1
-        Micro-batches per batch, their gradients accumulated into one update.
-    dtype : None, 'float32' or 'float64', default=None
-        None trains in the input's dtype: float32 stays float32, anything else
-        float64 (as scikit-learn does).
-    device : {'cpu', 'cuda'}, default='cpu'
-
-    Attributes
-    ----------
-    coefs_, intercepts_, loss_, loss_curve_, best_loss_, validation_scores_,
-    best_validation_score_, t_, n_iter_, n_layers_, n_outputs_, out_activation_,
-    n_features_in_, feature_names_in_ : as scikit-learn's.
-"""
-
-
-class MLPClassifier(ClassifierMixin, _BaseMLP):
-    """Multi-layer perceptron classifier trained with Adam by numbagrad.
-
-    Log-loss with a softmax output for multiclass targets, a logistic output
-    for binary and multilabel ones (as scikit-learn's ``MLPClassifier``).
-    """
-
-    __doc__ += _COMMON_DOC + "    classes_ : ndarray of the class labels.\n"
-
-    def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, solver="adam",
-                 alpha=0.0001, batch_size="auto", learning_rate_init=0.001, max_iter=200,
-                 shuffle=True, random_state=None, tol=1e-4, verbose=False, warm_start=False,
-                 early_stopping=False, validation_fraction=0.1, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-8, n_iter_no_change=10, accumulate_steps=1, dtype=None,
-                 device="cpu"):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.solver = solver
-        self.alpha = alpha
-        self.batch_size = batch_size
-        self.learning_rate_init = learning_rate_init
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.tol = tol
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.n_iter_no_change = n_iter_no_change
-        self.accumulate_steps = accumulate_steps
-        self.dtype = dtype
-        self.device = device
-
-    def fit(self, X, y):
-        """Fit the model to ``X`` (n_samples, n_features) and labels ``y``."""
-        return self._fit(X, y, incremental=False)
-
-    def partial_fit(self, X, y, classes=None):
-        """One epoch over ``X, y``; ``classes`` is required on the first call."""
-        if not hasattr(self, "classes_"):
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit.")
-            self._label_binarizer = LabelBinarizer()
-            if type_of_target(y).startswith("multilabel"):
-                self._label_binarizer.fit(y)
-            else:
-                self._label_binarizer.fit(classes)
-            self.classes_ = self._label_binarizer.classes_
-        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
-            raise ValueError(f"`classes={classes!r}` is not the same as on last call to "
-                             f"partial_fit, was: {self.classes_!r}")
-        return self._fit(X, y, incremental=True)
-
-    def _validate_input(self, X, y, incremental, reset):
-        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], multi_output=True,
-                             dtype=(np.float64, np.float32), reset=reset)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = column_or_1d(y, warn=True)
-        check_classification_targets(y)
-        if not hasattr(self, "classes_") or (not self.warm_start and not incremental):
-            self._label_binarizer = LabelBinarizer()
-            self._label_binarizer.fit(y)
-            self.classes_ = self._label_binarizer.classes_
-        else:
-            classes = unique_labels(y)
-            if self.warm_start:
-                if set(classes) != set(self.classes_):
-                    raise ValueError("warm_start can only be used where `y` has the same "
-                                     "classes as in the previous call to fit. Previously "
-                                     f"got {self.classes_}, `y` has {classes}")
-            elif len(np.setdiff1d(classes, self.classes_, assume_unique=True)):
-                raise ValueError("`y` has classes not in `self.classes_`. "
-                                 f"`self.classes_` has {self.classes_}. 'y' has {classes}.")
-        return X, self._label_binarizer.transform(y).astype(bool)
-
-    def _out_activation(self) -> str:
-        return "softmax" if self._label_binarizer.y_type_ == "multiclass" else "logistic"
-
-    def _targets(self, Y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        if self.out_activation_ == "softmax":
-            return np.ascontiguousarray(Y.argmax(axis=1), dtype=np.int64)
-        return np.ascontiguousarray(Y, dtype=dtype)
-
-    def _tape_loss(self, out, target, scale, whole_batch):
-        if self.out_activation_ == "softmax":
-            if whole_batch:
-                return ops.cross_entropy(out, target)
-            return ops.cross_entropy(out, target, reduction="sum") * scale
-        if whole_batch and out.shape[1] == 1:
-            return ops.binary_cross_entropy_with_logits(out, as_tensor(target))
-        return ops.binary_cross_entropy_with_logits(out, as_tensor(target),
-                                                    reduction="sum") * scale
-
-    def predict(self, X):
-        """Predicted class labels (an indicator matrix for multilabel targets)."""
-        check_is_fitted(self)
-        return self._predict(X)
-
-    def _predict(self, X, check_input=True, coefs=None, intercepts=None):
-        y_pred = self._forward_pass_fast(X, check_input, coefs, intercepts)
-        if self.n_outputs_ == 1:
-            y_pred = y_pred.ravel()
-        return self._label_binarizer.inverse_transform(y_pred)
-
-    def _score_with(self, X, y, coefs, intercepts) -> float:
-        y_pred = self._forward_pass_fast(X, False, coefs, intercepts)
-        if not np.isfinite(y_pred).all():
-            return np.nan
-        if self.n_outputs_ == 1:
-            y_pred = y_pred.ravel()
-        y_pred = self._label_binarizer.inverse_transform(y_pred)
-        from sklearn.metrics import accuracy_score
-        return accuracy_score(y, y_pred)
-
-    def predict_proba(self, X):
-        """Class probabilities, columns in the order of ``classes_``."""
-        check_is_fitted(self)
-        y_pred = self._forward_pass_fast(X)
-        if self.n_outputs_ == 1:
-            y_pred = y_pred.ravel()
-        if y_pred.ndim == 1:
-            return np.vstack([1 - y_pred, y_pred]).T
-        return y_pred
-
-    def predict_log_proba(self, X):
-        """``log(predict_proba(X))``."""
-        y_prob = self.predict_proba(X)
-        return np.log(y_prob, out=y_prob)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_label = True
-        return tags
-
-
-class MLPRegressor(RegressorMixin, _BaseMLP):
-    """Multi-layer perceptron regressor trained with Adam by numbagrad.
-
-    Squared error with an identity output, or the Poisson deviance with an
-    exponential output (``loss="poisson"``), as scikit-learn's ``MLPRegressor``.
-    """
-
-    __doc__ += _COMMON_DOC
-
-    _loss_options = ("squared_error", "poisson")
-
-    def __init__(self, loss="squared_error", hidden_layer_sizes=(100,), activation="relu", *,
-                 solver="adam", alpha=0.0001, batch_size="auto", learning_rate_init=0.001,
-                 max_iter=200, shuffle=True, random_state=None, tol=1e-4, verbose=False,
-                 warm_start=False, early_stopping=False, validation_fraction=0.1, beta_1=0.9,
-                 beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, accumulate_steps=1,
-                 dtype=None, device="cpu"):
-        self.loss = loss
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.solver = solver
-        self.alpha = alpha
-        self.batch_size = batch_size
-        self.learning_rate_init = learning_rate_init
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.tol = tol
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.n_iter_no_change = n_iter_no_change
-        self.accumulate_steps = accumulate_steps
-        self.dtype = dtype
-        self.device = device
-
-    def fit(self, X, y):
-        """Fit the model to ``X`` (n_samples, n_features) and targets ``y``."""
-        return self._fit(X, y, incremental=False)
-
-    def partial_fit(self, X, y):
-        """One epoch over ``X, y``."""
-        return self._fit(X, y, incremental=True)
-
-    def _validate_input(self, X, y, incremental, reset):
-        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], multi_output=True,
-                             y_numeric=True, dtype=(np.float64, np.float32), reset=reset)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = column_or_1d(y, warn=True)
-        if self.loss == "poisson" and np.any(y < 0):
-            raise ValueError("loss='poisson' needs non-negative targets y")
-        return X, y
-
-    def _out_activation(self) -> str:
-        return "exp" if self.loss == "poisson" else "identity"
-
-    def _targets(self, Y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        return np.ascontiguousarray(Y, dtype=dtype)
-
-    def _report_scale(self) -> float:
-        # scikit-learn reports the squared loss averaged over the outputs but
-        # back-propagates it summed over them.
-        return 1.0 / self.n_outputs_ if self.loss == "squared_error" else 1.0
-
-    def _loss_offset(self, Y: np.ndarray) -> float:
-        if self.loss != "poisson":
-            return 0.0
-        # the reported deviance holds xlogy(y, y) - y, which has no gradient
-        return float((xlogy(Y, Y) - Y).sum() / max(len(Y), 1))
-
-    def _tape_loss(self, out, target, scale, whole_batch):
-        target = as_tensor(target)
-        if self.loss == "poisson":
-            return ops.sum(ops.exp(out) - out * target) * scale
-        return ops.mse_loss(out, target, reduction="sum") * (0.5 * scale)
-
-    def predict(self, X):
-        """Predicted targets, shape (n_samples,) or (n_samples, n_outputs)."""
-        check_is_fitted(self)
-        return self._predict(X)
-
-    def _predict(self, X, check_input=True, coefs=None, intercepts=None):
-        y_pred = self._forward_pass_fast(X, check_input, coefs, intercepts)
-        return y_pred.ravel() if y_pred.shape[1] == 1 else y_pred
-
-    def _score_with(self, X, y, coefs, intercepts) -> float:
-        y_pred = self._predict(X, False, coefs, intercepts)
-        if not np.isfinite(y_pred).all():
-            return np.nan
-        from sklearn.metrics import r2_score
-        return r2_score(y, y_pred)
