@@ -73,8 +73,6 @@ from bench_sections import dp_allreduce_share, first_step_times  # noqa: E402
 from bench_timing import (Worker, interleaved, local_peers, remote_peers,  # noqa: E402,F401
                           start_workers, sync_for)
 
-ROOT = os.path.join(HERE, "..")
-
 
 def measure_row(case: str, dtype: str, opt_kind: str, args: argparse.Namespace,
                 peers: list[str], workers: dict[str, Worker] | None = None) -> dict:
