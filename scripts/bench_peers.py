@@ -8,7 +8,7 @@ libraries of the peers it runs, with their defaults (threads, OpenMP wait
 policy, BLAS): importing numbagrad next to PyTorch or JAX changed their
 speed, and the other way round. ``python scripts/bench_peers.py --serve
 GROUP`` serves one group of peers (``GROUPS``) to ``bench.py`` over its
-stdin and stdout, one JSON object a line.
+stdin and stdout, one JSON object a line. The cases come from ``bench_cases``.
 """
 from __future__ import annotations
 
@@ -25,22 +25,13 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
+from bench_cases import CASES, K
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)           # this checkout's numbagrad
 
-K = 4
 LR, MOMENTUM, BETAS, EPS = 1e-3, 0.9, (0.9, 0.999), 1e-8
 
-CASES = {
-    "tiny": {"kind": "linear", "shape": (2, 3, 1)},           # (d_out, d_in, batch)
-    "small": {"kind": "linear", "shape": (64, 64, 32)},
-    "medium": {"kind": "linear", "shape": (256, 512, 128), "stall_check": True},
-    "large": {"kind": "linear", "shape": (1024, 1024, 512), "stall_check": True},
-    "mlp-small": {"kind": "mlp", "layers": (64, 64, 10), "batch": 32},
-    "mlp-large": {"kind": "mlp", "layers": (784, 1024, 1024, 10), "batch": 256,
-                  "stall_check": True},
-}
 
 def _jax():
     """(jax, jax.numpy, optax), or None when not installed."""

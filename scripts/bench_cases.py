@@ -1,0 +1,81 @@
+"""The benchmark's cases and rows: what a micro-step trains, which rows and
+peers a case runs, and how a case is named in the table and the plot.
+
+``CASES`` and ``K`` are read by the peer processes too (``bench_peers.py``),
+so this module (and ``bench_machine``, which it imports) needs only the
+standard library.
+"""
+from __future__ import annotations
+
+import argparse
+
+from bench_machine import installed
+
+K = 4       # accumulate_steps of every peer: one call in K applies the update
+
+CASES = {
+    "tiny": {"kind": "linear", "shape": (2, 3, 1)},           # (d_out, d_in, batch)
+    "small": {"kind": "linear", "shape": (64, 64, 32)},
+    "medium": {"kind": "linear", "shape": (256, 512, 128), "stall_check": True},
+    "large": {"kind": "linear", "shape": (1024, 1024, 512), "stall_check": True},
+    "mlp-small": {"kind": "mlp", "layers": (64, 64, 10), "batch": 32},
+    "mlp-large": {"kind": "mlp", "layers": (784, 1024, 1024, 10), "batch": 256,
+                  "stall_check": True},
+}
+MLP_ROW = ("float32", "adam")        # the one (dtype, optimizer) an MLP case runs
+QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large"]
+QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps to a few minutes on two cores:
+QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
+
+
+def describe(case: str) -> str:
+    """The case line of the table: the problem in words."""
+    c = CASES[case]
+    if c["kind"] == "linear":
+        d_out, d_in, batch = c["shape"]
+        return f"linear {d_out}x{d_in} (d_out x d_in), batch {batch}, MSE"
+    return (f"MLP {'-'.join(map(str, c['layers']))}, batch {c['batch']}, ReLU, "
+            f"cross-entropy")
+
+
+def short_size(case: str) -> str:
+    """The case's sizes in a few characters (plot titles)."""
+    c = CASES[case]
+    if c["kind"] == "linear":
+        d_out, d_in, batch = c["shape"]
+        return f"{d_out}x{d_in} b{batch}"
+    return f"{'-'.join(map(str, c['layers']))} b{c['batch']}"
+
+
+def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[str, str]]:
+    """The (dtype, optimizer) rows a case runs: an MLP case runs ``MLP_ROW`` only."""
+    if CASES[case]["kind"] == "mlp":
+        return [MLP_ROW]
+    if quick and case in QUICK_FLOAT32_ONLY:
+        dtypes = [d for d in dtypes if d == "float32"] or dtypes
+    return [(d, o) for d in dtypes for o in optimizers]
+
+
+def rounds_of(case: str, args: argparse.Namespace) -> int:
+    """Interleaved rounds of a case's rows: fewer for ``--quick``'s slow cases."""
+    if args.quick and not args.repeats_given:
+        return QUICK_ROUNDS.get(case, args.repeats)
+    return args.repeats
+
+
+def available_peers(torch_compile: bool = True) -> list[str]:
+    """The peers whose libraries are installed (a row may still lack one);
+    found without importing them: this process imports none of the peers."""
+    names = ["numbagrad", "numbagrad compiled", "numpy"]
+    if installed("torch"):
+        names += ["torch"] + (["torch compiled"] if torch_compile else [])
+    if installed("jax") and installed("optax"):
+        names.append("jax")
+    return names + ["floor"]
+
+
+def peers_of(case: str, args: argparse.Namespace, peers: list[str]) -> list[str]:
+    """A row's peers: ``--quick`` compiles with torch.compile for the MLPs only."""
+    if args.quick and CASES[case]["kind"] != "mlp":
+        return [p for p in peers if p != "torch compiled"]
+    return peers

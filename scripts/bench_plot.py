@@ -1,0 +1,70 @@
+"""The benchmark's plot (``--plot PATH``): per case, each peer's best time
+as a bar, its median and interquartile range as whiskers, and the GEMM
+floor dashed. Needs matplotlib, imported only when a plot is asked for.
+"""
+from __future__ import annotations
+
+import math
+
+from bench_cases import CASES, K, short_size
+from bench_machine import blas_summary
+
+
+def plot(result: dict, path: str) -> bool:
+    """Write the figure of a run's ``result`` to ``path``; False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not importable: no plot written")
+        return False
+    rows, peers = result["rows"], [p for p in result["peers"] if p != "floor"]
+    cases = [c for c in CASES if any(r["case"] == c for r in rows)]
+    ncol = min(3, len(cases))
+    nrow = math.ceil(len(cases) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 4.2 * nrow), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    width = 0.8 / len(peers)
+    for ax, case in zip(axes.flat, cases):
+        mine = [r for r in rows if r["case"] == case]
+        for j, name in enumerate(peers):
+            xs, best, med, lo, hi = [], [], [], [], []
+            for i, r in enumerate(mine):
+                s = r.get(name)
+                if s is None:
+                    continue
+                xs.append(i + (j - (len(peers) - 1) / 2) * width)
+                best.append(s["best_s"] * 1e6)
+                med.append(s["median_s"] * 1e6)
+                lo.append((s["median_s"] - s["q1_s"]) * 1e6)
+                hi.append((s["q3_s"] - s["median_s"]) * 1e6)
+            color = colors[j % len(colors)]
+            ax.bar(xs, best, width, color=color, label=name if case == cases[0] else None)
+            ax.errorbar(xs, med, yerr=[lo, hi], fmt="o", markersize=3, capsize=2,
+                        color="black", elinewidth=1)
+        for i, r in enumerate(mine):
+            if r.get("floor"):
+                ax.hlines(r["floor"]["best_s"] * 1e6, i - 0.45, i + 0.45, colors="black",
+                          linestyles="--", label="GEMM floor" if case == cases[0] and i == 0
+                          else None)
+        ax.set_yscale("log")
+        ax.set_ylabel("µs per micro-step (lower is better)")
+        ax.set_xticks(range(len(mine)), [f"{r['dtype']}\n{r['optimizer']}"
+                                         + ("\n! noisy" if r["flags"] else "") for r in mine],
+                      fontsize=8)
+        ax.set_title(f"{case}: {short_size(case)}", fontsize=10)
+    for ax in list(axes.flat)[len(cases):]:
+        ax.axis("off")
+    m = result["machine"]
+    fig.suptitle(f"numbagrad micro-step (accumulate_steps={K}, device {rows[0]['device']}) "
+                 f"on {m['cpu']}, {m['usable_cores']} cores, {blas_summary(m)}\n"
+                 f"bars: best of the interleaved rounds (what the "
+                 f"ratios use); dots and whiskers: median and interquartile range; dashed: "
+                 f"GEMM floor (best)", fontsize=10)
+    fig.legend(loc="lower center", ncol=len(peers) + 1, fontsize=8)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.93))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot written to {path}")
+    return True

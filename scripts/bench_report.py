@@ -1,0 +1,258 @@
+"""The benchmark's report: the header, the legend, the table, each row's
+ratios and noise marks, the verdict on the issues' targets and the closing
+warning of a noisy run. Everything printed is formatted here.
+"""
+from __future__ import annotations
+
+import argparse
+
+from bench_cases import CASES, K
+from bench_machine import blas_summary, process_summary
+
+SPREAD_LIMIT = 0.20          # a cell whose IQR / median exceeds this marks its row
+
+# stall_check: the floor is also timed on one BLAS thread; when that beats all
+# threads by STALL_LIMIT, the BLAS threads are waiting for cores others hold.
+STALL_LIMIT = 1.25
+SUBJECTS = ("numbagrad", "numbagrad compiled")      # the ones whose ratios are reported
+SHORT = {"numbagrad": "ng", "numbagrad compiled": "ngc", "numpy": "numpy", "torch": "torch",
+         "torch compiled": "tc", "jax": "jax", "floor": "floor"}
+DESCRIPTION = {
+    "numbagrad": "ng ops on ng.grad_tape(), loss.backward(), opt.step()",
+    "numbagrad compiled": "step = ng.compile(loss_fn, optimizer=opt); step(x, y)",
+    "numpy": "the same math written by hand in NumPy, preallocated buffers",
+    "torch": ("PyTorch eager, (loss / K).backward(), opt.step() + zero_grad() every K; "
+              "on 1 thread and on its default count, the faster kept (the row says which)"),
+    "torch compiled": ("the same with the loss function through torch.compile (inductor), "
+                       "compiled before timing"),
+    "jax": "jax.jit(value_and_grad + optax.MultiSteps update), donated buffers",
+    "floor": "only the GEMMs a micro-step cannot avoid (forward, weight and hidden "
+             "gradients), SciPy's BLAS (numbagrad's), timed alone: a lower bound, "
+             "not a competitor",
+}
+
+
+def ratios(best: dict[str, float], peers: list[str]) -> dict[str, float]:
+    """``subject/peer`` -> best-time ratio, for every subject and other peer timed."""
+    return {f"{a}/{b}": best[a] / best[b] for a in SUBJECTS if a in best
+            for b in peers if b in best and b not in SUBJECTS}
+
+
+def flags(case: str, device: str, stats: dict[str, dict]) -> list[str]:
+    """Why a row is unreliable: a wide spread, BLAS threads stalling, or (in
+    the GEMM-bound cases on the CPU) a time below the floor; empty when clean."""
+    best = {n: s["best_s"] for n, s in stats.items()}
+    out = [f"{n} spread {100 * s['spread']:.0f}%" for n, s in stats.items()
+           if s["spread"] > SPREAD_LIMIT]
+    if "floor 1 thread" in best and best["floor 1 thread"] * STALL_LIMIT < best["floor"]:
+        out.append(f"BLAS threads stalled (floor {fmt_us(best['floor'])} µs, "
+                   f"{fmt_us(best['floor 1 thread'])} µs on one thread)")
+    if "floor" in best and CASES[case].get("stall_check"):
+        # GEMM-bound cases only: tiny GEMMs run as plain loops, below the BLAS call cost
+        out += [f"{n} below its floor ({best[n] / best['floor']:.2f}x)"
+                for n in ("numbagrad", "numbagrad compiled", "numpy")
+                if n in best and best[n] < best["floor"] and device == "cpu"]
+    return out
+
+
+def print_intro(info: dict, args: argparse.Namespace, in_process: bool) -> None:
+    """The machine, the versions, the settings and where the peers run."""
+    v = info["versions"]
+    print(f"numbagrad micro-step benchmark on {info['cpu']}, {info['usable_cores']} of "
+          f"{info['cores']} cores, numbagrad's BLAS {blas_summary(info)}")
+    print("numbagrad {numbagrad} | numpy {numpy} | numba {numba} | scipy {scipy} | "
+          "torch {torch} | jax {jax} | optax {optax}".format(
+              **{k: v.get(k) or "not installed" for k in v})
+          + f" | device {args.device} | {args.repeats} rounds of >= {args.min_time * 1e3:g} ms"
+          + (f" | threads limited to {args.threads}" if args.threads else ""))
+    if in_process:
+        print("every peer in this one process (--in-process): the libraries change each "
+              "other's threads and speed")
+    else:
+        print("each peer group in a process of its own, with its library's defaults:")
+        print("\n".join(process_summary(info)))
+    if info["blas_environment"]["warning"]:
+        print(info["blas_environment"]["warning"])
+
+
+def fmt_us(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    us = seconds * 1e6
+    return f"{us:.2f}" if us < 10 else f"{us:.1f}" if us < 100 else f"{us:.0f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}x" if value < 0.1 else f"{value:.2f}x"
+
+
+def columns(peers: list[str]) -> list[tuple[str, str, int]]:
+    """(header line 1, header line 2, width) of every table column."""
+    cols = [("", "dtype", 7), ("", "opt", 4)]
+    cols += [(n if n != "numbagrad compiled" else "ng compiled", "best/med µs", 13)
+             for n in peers]
+    cols += [(f"{SHORT[a]}/", SHORT[b], 7) for a in SUBJECTS if a in peers
+             for b in peers if b not in SUBJECTS]
+    cols += [("spread", "IQR/med", 7), ("ng B", "/step", 7), ("np B", "/step", 8), ("", "", 1)]
+    return cols
+
+
+def table_cells(row: dict, peers: list[str]) -> list[str]:
+    cells = [row["dtype"], row["optimizer"]]
+    for n in peers:
+        s = row.get(n)
+        cells.append("n/a" if s is None else f"{fmt_us(s['best_s'])}/{fmt_us(s['median_s'])}")
+    cells += [fmt_ratio(row["ratios"].get(f"{a}/{b}")) for a in SUBJECTS if a in peers
+              for b in peers if b not in SUBJECTS]
+    spreads = [row[n]["spread"] for n in peers if row.get(n)]
+    cells.append(f"{100 * max(spreads):.0f}%" if spreads else "n/a")
+    cells += [str(row.get("numbagrad_bytes", "n/a")), str(row.get("numpy_bytes", "n/a")),
+              "!" if row["flags"] else ""]
+    return cells
+
+
+def line(cells: list[str], cols) -> str:
+    first = cells[0].ljust(cols[0][2]) + " " + cells[1].ljust(cols[1][2])
+    return (first + " " + " ".join(c.rjust(w) for c, (_, _, w) in zip(cells[2:], cols[2:]))
+            ).rstrip()
+
+
+def legend(args, peers: list[str]) -> list[tuple[str, str]]:
+    """(column, meaning) for every column of the table, as printed."""
+    items = [
+        ("micro-step", (f"forward, loss, backward into the gradient accumulator, then "
+                        f"optimizer.step() with accumulate_steps={K}; one call in {K} "
+                        f"applies the update")),
+        ("best/med µs", (f"µs per micro-step: the best and the median of {args.repeats} rounds;"
+                         f" a row's peers run interleaved so load bursts hit them all")),
+    ]
+    items += [(n, DESCRIPTION[n]) for n in peers]
+    items += [
+        ("ng/X", ("numbagrad's best time / X's best time, same rounds: below 1.00x numbagrad "
+                  "is faster; ng/floor near 1.00x is the best possible")),
+        ("spread", (f"the widest interquartile range / median among the row's peers "
+                    f"(timing noise); over {100 * SPREAD_LIMIT:.0f}% marks the row")),
+        ("ng B, np B", ("bytes numbagrad / the NumPy loop allocate in one steady-state "
+                        "micro-step (tracemalloc; n/a for PyTorch, JAX, CUDA)")),
+        ("!", (f"noisy row: a spread over {100 * SPREAD_LIMIT:.0f}%, a time below the floor, "
+               f"or BLAS threads stalling (the floor faster on one thread); unreliable")),
+    ]
+    if "numbagrad compiled" in peers:
+        items.insert(-3, ("ngc/X", "the same ratios for numbagrad compiled"))
+    return items
+
+
+def print_legend(items: list[tuple[str, str]]) -> None:
+    print("\nHow to read the table (lower is better in every column but the case line):")
+    for key, text in items:
+        print(f"  {key:<19} {text}")
+
+
+def print_header(cols) -> None:
+    print()
+    print(line([c[0] for c in cols], cols))
+    print(line([c[1] for c in cols], cols))
+
+
+
+def print_row(row: dict, peers: list[str], cols) -> None:
+    """A row of the table, then the peers that could not run and PyTorch's threads."""
+    print(line(table_cells(row, peers), cols), flush=True)
+    for name, err in row.get("errors", {}).items():
+        print(f"    ({name} could not run: {err.strip().splitlines()[-1]})")
+    threads = {n: row[n]["threads"] for n in peers if row.get(n) and "threads" in row[n]}
+    if threads:
+        print("    (" + "; ".join(f"{n} on {t} thread{'s' * (t > 1)}"
+                                  for n, t in threads.items()) + ")")
+
+
+# ------------------------------------------------------------------ verdict
+# (label, case, subject, peer, limit): subject/peer best-time ratio must be <= limit
+TARGETS = [
+    ("tiny linear step", "tiny", "numbagrad", "numpy", 1.5),
+    ("tiny linear step", "tiny", "numbagrad", "torch", 0.1),
+    ("large linear step", "large", "numbagrad", "floor", 1.15),
+    ("large linear step", "large", "numbagrad", "torch", 1.0),
+    ("MLP 64-64-10 b32", "mlp-small", "numbagrad", "numpy", 1.0),
+    ("MLP 784-1024-1024-10 b256", "mlp-large", "numbagrad", "floor", 1.15),
+    ("MLP 784-1024-1024-10 b256", "mlp-large", "numbagrad", "torch", 0.7),
+    ("tiny linear, compiled", "tiny", "numbagrad compiled", "numpy", 0.6),
+    ("tiny linear, compiled", "tiny", "numbagrad compiled", "torch", 0.03),
+    ("MLP 64-64-10, compiled", "mlp-small", "numbagrad compiled", "numpy", 0.5),
+    ("MLP 64-64-10, compiled", "mlp-small", "numbagrad compiled", "torch", 0.15),
+    ("MLP 64-64-10, compiled", "mlp-small", "numbagrad compiled", "jax", 0.35),
+    ("large linear, compiled", "large", "numbagrad compiled", "floor", 1.10),
+    ("large linear, compiled", "large", "numbagrad compiled", "torch", 1.0),
+    ("large linear, compiled", "large", "numbagrad compiled", "jax", 1.0),
+    ("MLP 784-1024-1024-10, compiled", "mlp-large", "numbagrad compiled", "floor", 1.10),
+    ("MLP 784-1024-1024-10, compiled", "mlp-large", "numbagrad compiled", "torch", 1.0),
+    ("MLP 784-1024-1024-10, compiled", "mlp-large", "numbagrad compiled", "jax", 1.0),
+]
+PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
+             "floor": "GEMM floor"}
+
+
+def verdict(rows: list[dict], peers: list[str]) -> list[dict]:
+    """Each target's worst ratio over the case's rows (every dtype and
+    optimizer run), leaving out noisy rows unless all are; compiled targets
+    only when the compiled peer ran."""
+    out = []
+    for label, case, subject, peer, limit in TARGETS:
+        if subject not in peers:
+            continue
+        found = [(r["ratios"][f"{subject}/{peer}"], r) for r in rows
+                 if r["case"] == case and f"{subject}/{peer}" in r["ratios"]]
+        entry = {"target": label, "case": case, "subject": subject, "peer": peer,
+                 "limit": limit, "ratio": None, "status": "not measured", "row": None,
+                 "rows": 0, "noisy_rows_left_out": 0, "best_row_ratio": None, "noisy": False}
+        clean = [(v, r) for v, r in found if not r["flags"]]
+        if found:
+            use = clean or found
+            value, row = max(use, key=lambda t: t[0])
+            entry.update(ratio=value, status="met" if value <= limit else "missed",
+                         row=f"{row['dtype']} {row['optimizer']}", noisy=not clean,
+                         rows=len(use), noisy_rows_left_out=len(found) - len(use),
+                         best_row_ratio=min(v for v, _ in use))
+        out.append(entry)
+    return out
+
+
+def print_verdict(entries: list[dict]) -> None:
+    print("\nVerdict: the issues' targets; each ratio is the worst over the case's rows "
+          "(noisy rows left out when others are clean)")
+    for e in entries:
+        what = f"{e['subject']} / {PEER_NAME[e['peer']]}"
+        head = f"  {e['target']:<31} {what:<35} <= {fmt_ratio(e['limit']):<6}"
+        if e["ratio"] is None:
+            print(f"{head} {'':>7}  not measured (case {e['case']} not run)")
+            continue
+        where = e["row"]
+        if e["rows"] > 1:
+            where += (f", worst of {e['rows']}{' clean' if not e['noisy'] else ''} rows, best "
+                      f"{fmt_ratio(e['best_row_ratio'])}")
+        if e["noisy_rows_left_out"]:
+            where += f"; {e['noisy_rows_left_out']} noisy left out"
+        if e["noisy"]:
+            where += "; noisy: unreliable"
+        print(f"{head} {fmt_ratio(e['ratio']):>7}  {e['status']:<6} ({where})")
+    measured = [e for e in entries if e["ratio"] is not None]
+    met = sum(e["status"] == "met" for e in measured)
+    print(f"  {met} of {len(measured)} measured targets met"
+          + (f"; {len(entries) - len(measured)} not measured" if len(measured) < len(entries)
+             else ""))
+
+def noise_warning(rows: list[dict], args: argparse.Namespace) -> str | None:
+    """The closing warning when some rows are marked noisy (None when none
+    is): which, and the ``--repeat`` (and ``--threads 1``) to rerun with."""
+    noisy = [r for r in rows if r["flags"]]
+    if not noisy:
+        return None
+    why = "; ".join(f"{r['case']} {r['dtype']} {r['optimizer']}: {r['flags'][0]}"
+                    for r in noisy[:3]) + ("; ..." if len(noisy) > 3 else "")
+    stalled = any("stalled" in f for r in noisy for f in r["flags"])
+    return (f"WARNING: the machine was noisy, {len(noisy)} of {len(rows)} rows are marked ! "
+            f"({why}): rerun with --repeat {2 * args.repeats + 1}"
+            + (" --threads 1" if stalled and not args.threads else "")
+            + " or on an idle machine")
