@@ -97,7 +97,7 @@ def blas_summary(info: dict) -> str:
     floor's), as threadpoolctl names it, with its kernel."""
     libs = [lib for p in info.get("processes", {}).values() for lib in p.get("blas", [])
             if lib["user_api"] == "blas"]
-    mine = [lib for lib in libs if "scipy" in (lib["filepath"] or "")] or libs
+    mine = [lib for lib in libs if "scipy.libs" in (lib["filepath"] or "")] or libs
     if not mine:
         return "BLAS unknown (pip install threadpoolctl)"
     lib = mine[0]

@@ -13,6 +13,7 @@ x (3, 4), and the MLP 64-64-10 on a batch of 32 (ReLU, cross-entropy), float32.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         bench.limit_threads(args.threads)
     peers = {"compiled": bench.compiled_step, "eager": bench.numbagrad_step,
              "numpy": bench.numpy_step}
-    if not args.no_torch and bench.torch is not None:
+    if not args.no_torch and importlib.util.find_spec("torch") is not None:
         peers["torch"] = bench.torch_step
     print(f"micro-step, float32, Adam k={bench.K}; best of {args.rounds} interleaved rounds "
           f"(µs per step); ratios of best times")
