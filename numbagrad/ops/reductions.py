@@ -45,7 +45,7 @@ def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     else:
         out2 = (r, 1)
         out_shape = (r, 1) if keepdims else (r,)
-    count = (r * c) // (out2[0] * out2[1])
+    count = r * c if ax is None else (r if ax == 0 else c)   # elements per output
     scale = (1.0 / count if count else math.nan) if mean else 1.0   # nan * 0: a mean of nothing
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
