@@ -59,13 +59,13 @@ def unary(code, x, p):
 
 def unary_grad(code, x, y, p):
     """dy/dx, given the input ``x`` and the output ``y`` (PyTorch's at +-inf
-    and nan too: relu's is 0 and leaky_relu's the slope where x is nan)."""
+    and nan too: relu's is 1 and leaky_relu's the slope where x is nan)."""
     if code == IDENT or code == ADD_S:
         return 1.0
     if code == NEG or code == RSUB_S:
         return -1.0
     if code == RELU:
-        return 1.0 if x > 0 else 0.0
+        return 0.0 if x <= 0 else 1.0
     if code == LEAKY_RELU:
         return 1.0 if x > 0 else p
     if code == TANH:
