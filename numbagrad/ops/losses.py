@@ -39,7 +39,8 @@ def _scale(reduction: str, count: int) -> float:
 def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     """Squared error of ``pred`` against ``target``, averaged or summed.
 
-    ``reduction="mean"`` averages over all elements, ``"sum"`` adds them.
+    ``reduction="mean"`` averages over all elements (nan for none, as
+    PyTorch), ``"sum"`` adds them.
     The target never receives a gradient. One fused kernel computes the
     loss and, for the backward pass, the residual gradient.
     """
@@ -74,7 +75,8 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
                                      reduction: str = "mean") -> Tensor:
     """PyTorch's ``F.binary_cross_entropy_with_logits``: the sigmoid and the
     binary cross-entropy in one stable formula (fine for logits of +-1000).
-    ``target`` holds probabilities in [0, 1], same shape as ``logits``."""
+    ``target`` holds probabilities in [0, 1], same shape as ``logits``; the
+    mean over no elements is nan, as PyTorch."""
     check_reduction("binary_cross_entropy_with_logits", reduction)
     x, t = pair(logits, target, "binary_cross_entropy_with_logits", ("logits", "target"))
     if x.shape != t.shape:
@@ -92,7 +94,8 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
 def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     """PyTorch's ``F.cross_entropy`` for (n, C) logits and integer class
     indices ``target`` (n,): log-softmax and negative log-likelihood fused in
-    one stable kernel, whose backward is softmax minus one-hot.
+    one stable kernel, whose backward is softmax minus one-hot. The mean over
+    zero rows is nan, as PyTorch.
 
     ``target`` is a NumPy integer array on either device (on "cuda" it is
     uploaded once per call) or, on "cuda", a Numba device array of integers
