@@ -67,7 +67,9 @@ class _Backward:
     Intermediate gradients live in ``pending`` until their node runs. A
     param's gradient goes straight into its accumulator (``collect`` off),
     or into a fresh per-call array that is added to the accumulator at the
-    end and returned to the caller (``collect`` on).
+    end and returned to the caller (``collect`` on). A param in ``defer``
+    (an input of the pass wraps its accumulator) is handled as collected,
+    its total added at the end and not returned.
     """
 
     __slots__ = ("collect", "pending", "calls", "defer")
