@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from . import buffers
-from .tensor import Tensor
+from .tensor import Tensor, _wrappers
 
 
 class _State(threading.local):
@@ -67,16 +67,19 @@ class _Backward:
     Intermediate gradients live in ``pending`` until their node runs. A
     param's gradient goes straight into its accumulator (``collect`` off),
     or into a fresh per-call array that is added to the accumulator at the
-    end and returned to the caller (``collect`` on).
+    end and returned to the caller (``collect`` on). A param in ``defer``
+    (an input of the pass wraps its accumulator) is handled as collected,
+    its total added at the end and not returned.
     """
 
-    __slots__ = ("collect", "pending", "calls", "thread")
+    __slots__ = ("collect", "pending", "calls", "thread", "defer")
 
-    def __init__(self, collect: bool) -> None:
+    def __init__(self, collect: bool, defer: Any = None) -> None:
         self.collect = collect
         self.pending: dict[Node, Any] = {}
         self.calls: dict[Tensor, Any] = {}
         self.thread = threading.get_ident()
+        self.defer = defer   # params written per call even when not collecting (or None)
 
     def dest(self, t: Tensor) -> tuple[Any, float]:
         """An array to write ``t``'s gradient into, and the beta to use:
@@ -86,10 +89,11 @@ class _Backward:
             owner = t._owner   # an optimizer's window is one thread's (optim/window.py)
             if owner is not None and owner._window.thread != self.thread:
                 owner._window.claim("backward()")
-            # A cleared accumulator holds zeros, so adding is always right.
-            t._live = True
-            acc = t._acc
-            return (acc if acc is not None else t._accumulator()), 1.0
+            if self.defer is None or t not in self.defer:
+                # A cleared accumulator holds zeros, so adding is always right.
+                t._live = True
+                acc = t._acc
+                return (acc if acc is not None else t._accumulator()), 1.0
         store, key = (self.calls, t) if node is None else (self.pending, node)
         array = store.get(key)
         if array is not None:
@@ -155,6 +159,27 @@ def _reverse_order_general(root: Node) -> list[Node]:
     return order
 
 
+def _aliased_params(order: list[Node]) -> set | None:
+    """The params whose accumulator an input of these nodes wraps (say
+    ``ng.as_tensor(W.grad)``): written in place, it would be read after (or
+    while) the pass adds to it, so their gradients are added at the end."""
+    wrapped, params = [], []
+    for node in order:
+        for t in node.inputs:
+            if t in _wrappers:
+                wrapped.append(t._data)
+            elif t._node is None and t.requires_grad and t._acc is not None:
+                params.append(t)
+    found = {p for p in params for data in wrapped if _overlap(data, p._acc)}
+    return found or None
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.may_share_memory(a, b)
+    return a is b   # device arrays: views do not name their parent
+
+
 def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     """The reverse pass behind ``ng.backward`` and ``Tensor.backward``."""
     root = getattr(loss, "_node", None)
@@ -171,13 +196,16 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
             raise RuntimeError("backward was already run through this recorded graph; "
                                "record the forward again inside ng.grad_tape() "
                                "(running it twice would count its gradients twice)")
-    ctx = _Backward(collect)
+    ctx = _Backward(collect, _aliased_params(order) if _wrappers else None)
     pending = ctx.pending
     for node in order:
         node.backward(ctx, node, pending.pop(node, None))
         node.done = True
         node.saved = ()
     if not collect:
+        for t, g in ctx.calls.items():   # the deferred params' gradients
+            t._kern.axpby(1.0, g, 1.0, t._accumulator())
+            t._live = True
         return None
     for t in ctx.calls:
         owner = t._owner

@@ -7,6 +7,7 @@ that every backward pass adds into until it is cleared.
 from __future__ import annotations
 
 import itertools
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -16,6 +17,14 @@ from . import buffers, kernels
 
 _ids = itertools.count(1)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# Accumulators handed out by ``.grad`` (by id of the array and of its base:
+# a view of an optimizer's flat buffer), and the tensors that wrap one
+# without a copy (``as_tensor(W.grad)``). A backward that would write an
+# accumulator one of its inputs reads defers that param's gradient (see
+# ``tape.run_backward``), so the wrapper is read as it was.
+_handed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_wrappers: weakref.WeakSet = weakref.WeakSet()
 
 
 class Tensor:
@@ -229,7 +238,15 @@ class Tensor:
         It is the accumulator itself, reused across windows: copy it if you
         need the values after the next clear (``opt.step``, ``zero_grad``).
         """
-        return self._acc if self._live else None
+        if not self._live:
+            return None
+        acc = self._acc
+        if _handed.get(id(acc)) is not self:
+            _handed[id(acc)] = self
+            base = getattr(acc, "base", None)
+            if base is not None:
+                _handed[id(base)] = self
+        return acc
 
     @grad.setter
     def grad(self, value: Any) -> None:
@@ -308,7 +325,9 @@ def as_tensor(array: Any) -> Tensor:
 
     Like ``torch.from_numpy``: the tensor and the array share memory. A
     host ``numpy.ndarray`` gives a "cpu" tensor, a Numba CUDA device array
-    a "cuda" one. Use ``ng.tensor`` to copy anything else.
+    a "cuda" one. Use ``ng.tensor`` to copy anything else. Wrapping a
+    param's ``.grad`` is safe: a backward that reads it while adding into
+    that param's gradient adds at the end, so the op reads the old values.
     """
     if isinstance(array, np.ndarray):
         kern = kernels.get("cpu")
@@ -324,7 +343,15 @@ def as_tensor(array: Any) -> Tensor:
         raise ValueError(f"as_tensor needs 0-d, 1-D or 2-D data, got shape {array.shape}")
     if not array.flags["C_CONTIGUOUS"]:
         raise ValueError("as_tensor needs a C-contiguous array; use ng.tensor to copy")
-    return Tensor(array, kern)
+    return _wrap(array, kern)
+
+
+def _wrap(array: Any, kern: ModuleType) -> Tensor:
+    """A tensor sharing ``array``, noted when it may be a param's accumulator."""
+    t = Tensor(array, kern)
+    if _handed and (id(array) in _handed or id(getattr(array, "base", None)) in _handed):
+        _wrappers.add(t)
+    return t
 
 
 def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
@@ -338,7 +365,7 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
         return value
     if kern.is_device_array(value) and value.dtype in _FLOATS \
             and kern.is_c_contiguous(value) and len(value.shape) <= 2:
-        return Tensor(value, kern)
+        return _wrap(value, kern)
     if kern.name != "cpu":
         raise ValueError(f"{what} is {type(value).__name__} data on the host but the op "
                          f"runs on {kern.name}; pass ng.tensor(..., device={kern.name!r})")

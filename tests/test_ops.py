@@ -206,3 +206,60 @@ def test_op_agrees_between_devices(name, shapes, f, g):
         results.append([out.numpy()] + [host(grads[p.id]) for p in ps if p.id in grads])
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------ +-inf and nan inputs
+NONFINITE = np.array([np.inf, -np.inf, np.nan, 1.5, -0.5, 0.0])
+NONFINITE_CASES = [(name, ["nonfinite"], f, g) for name, f, g in UNARY + SCALARS]
+for name, f, g in BINARY[:4]:
+    NONFINITE_CASES += [(f"{name}(nonfinite, x)", ["nonfinite", (6,)], f, g),
+                        (f"{name}(x, nonfinite)", [(6,), "nonfinite"], f, g),
+                        (f"{name}(nonfinite, scalar)", ["nonfinite", ()], f, g)]
+NONFINITE_CASES += [
+    ("sum", ["nonfinite"], ng.sum, torch.sum),
+    ("mean", ["nonfinite"], ng.mean, torch.mean),
+    ("matmul", [(2, 6), "nonfinite"], ng.matmul, torch.matmul),
+    ("linear_relu", ["nonfinite", (3, 6), (3,)],
+     lambda x, w, b: ng.linear(x.reshape(1, 6), w, b, "relu"),
+     lambda x, w, b: torch.relu(F.linear(x.reshape(1, 6), w, b))),
+    ("softmax", ["nonfinite"], lambda x: ng.softmax(x.reshape(2, 3)),
+     lambda x: torch.softmax(x.reshape(2, 3), -1)),
+    ("mse", ["nonfinite", (6,)], lambda a, b: ng.mse_loss(a, b.data),
+     lambda a, b: F.mse_loss(a, b.detach())),
+    ("bce_sum", ["nonfinite"],
+     lambda x: ng.binary_cross_entropy_with_logits(x, like(x, TARGET_P.ravel()[:6]), "sum"),
+     lambda x: F.binary_cross_entropy_with_logits(x, torch.tensor(TARGET_P.ravel()[:6]),
+                                                  reduction="sum")),
+    ("cross_entropy", ["nonfinite"], lambda x: ng.cross_entropy(x.reshape(2, 3), LABELS[1:]),
+     lambda x: F.cross_entropy(x.reshape(2, 3), torch.tensor(LABELS[1:]))),
+]
+
+
+# (the CUDA simulator's NumPy scalars warn about the nan and inf they compute)
+@pytest.mark.filterwarnings("ignore:.*encountered in scalar:RuntimeWarning")
+@pytest.mark.parametrize("name, shapes, f, g", NONFINITE_CASES,
+                         ids=[c[0] for c in NONFINITE_CASES])
+def test_op_matches_torch_at_nonfinite_inputs(dev, name, shapes, f, g):
+    """Values as PyTorch's (nan where it has nan), and every gradient element
+    that PyTorch gives as a finite number (d(x + 1)/dx = 1 at x = inf)."""
+    rng = np.random.default_rng(5)
+    arrays = [NONFINITE if s == "nonfinite" else rng.normal(size=s) for s in shapes]
+    ps = [dev.param(a) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    want = g(*ts)
+    weights = rng.normal(size=tuple(want.shape))
+    with ng.grad_tape():
+        out = f(*ps)
+        loss = weighted_sum(out, dev.tensor(weights))
+    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-15)
+    grads = ng.backward(loss)
+    (want * torch.tensor(weights)).sum().backward()
+    for i, (p, t) in enumerate(zip(ps, ts)):
+        if t.grad is None:
+            assert p.id not in grads, f"{name}: input {i} should get no gradient"
+            continue
+        tg = t.grad.numpy()
+        finite = np.isfinite(tg)
+        got = ng.kernels.get(dev.name).to_host(grads[p.id]).reshape(tg.shape)
+        np.testing.assert_allclose(got[finite], tg[finite], rtol=1e-12, atol=1e-15,
+                                   err_msg=f"{name}: gradient of input {i} at {arrays[i]}")

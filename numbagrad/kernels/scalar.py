@@ -4,6 +4,11 @@
 ``cuda.jit(device=True)``, so an op's formula and its derivative are written
 once. ``code`` picks the op (the constants below, frozen into the compiled
 kernels), ``p`` is its scalar parameter (a slope, an exponent, a constant).
+
+Gradients that do not depend on ``x`` are constants, never forms like
+``x * 0 + 1``: those are nan at x = +-inf and nan, where PyTorch's gradient
+is the constant (d(x + c)/dx = 1 at x = inf). Numba types every branch's
+result as float64 either way, so finite inputs give the same bits.
 """
 import math
 
@@ -23,7 +28,7 @@ def unary(code, x, p):
     if code == NEG:
         return -x
     if code == RELU:
-        return x if x > 0 else x * 0
+        return x if not x <= 0 else 0.0   # nan stays nan, -inf gives 0 (PyTorch)
     if code == LEAKY_RELU:
         return x if x > 0 else x * p
     if code == TANH:
@@ -53,15 +58,16 @@ def unary(code, x, p):
 
 
 def unary_grad(code, x, y, p):
-    """dy/dx, given the input ``x`` and the output ``y``."""
+    """dy/dx, given the input ``x`` and the output ``y`` (PyTorch's at +-inf
+    and nan too: relu's is 1 and leaky_relu's the slope where x is nan)."""
     if code == IDENT or code == ADD_S:
-        return x * 0 + 1
+        return 1.0
     if code == NEG or code == RSUB_S:
-        return x * 0 - 1
+        return -1.0
     if code == RELU:
-        return x * 0 + (1 if x > 0 else 0)
+        return 0.0 if x <= 0 else 1.0
     if code == LEAKY_RELU:
-        return x * 0 + 1 if x > 0 else x * 0 + p
+        return 1.0 if x > 0 else p
     if code == TANH:
         return 1 - y * y
     if code == SIGMOID:
@@ -73,11 +79,11 @@ def unary_grad(code, x, y, p):
     if code == SQRT:
         return 0.5 / y
     if code == POW:
-        return x * 0 if p == 0 else p * x ** (p - 1)
+        return 0.0 if p == 0 else p * x ** (p - 1)
     if code == MUL_S:
-        return x * 0 + p
+        return p
     if code == DIV_S:
-        return x * 0 + 1 / p
+        return 1 / p
     return -p / (x * x)    # RDIV_S
 
 
@@ -97,15 +103,15 @@ def binary_grad_a(code, a, b):
         return b
     if code == DIV:
         return 1 / b
-    return a * 0 + 1    # ADD, SUB
+    return 1.0    # ADD, SUB
 
 
 def binary_grad_b(code, a, b):
     """d(a op b)/db."""
     if code == ADD:
-        return b * 0 + 1
+        return 1.0
     if code == SUB:
-        return b * 0 - 1
+        return -1.0
     if code == MUL:
         return a
     return -a / (b * b)    # DIV

@@ -3,6 +3,7 @@ kernel; the backward hands that gradient on (scaled when the loss feeds
 further ops, say ``mse + 0.01 * reg``)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -27,10 +28,19 @@ def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (kern.scaled_add_mt if grad.size >= kern.MT_MIN else kern.scaled_add)(gout, grad, beta, dest)
 
 
+def _scale(reduction: str, count: int) -> float:
+    """The loss sum's scale: 1 for "sum", 1 / count for "mean", whose mean
+    over nothing is nan (the kernels' empty sum, 0, times nan), as PyTorch."""
+    if reduction == "sum":
+        return 1.0
+    return 1.0 / count if count else math.nan
+
+
 def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     """Squared error of ``pred`` against ``target``, averaged or summed.
 
-    ``reduction="mean"`` averages over all elements, ``"sum"`` adds them.
+    ``reduction="mean"`` averages over all elements (nan for none, as
+    PyTorch), ``"sum"`` adds them.
     The target never receives a gradient. One fused kernel computes the
     loss and, for the backward pass, the residual gradient.
     """
@@ -42,7 +52,7 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
         td = target._data if type(target) is Tensor and target._kern is kern else \
             (target if kern.name == "cpu" and type(target) is np.ndarray else None)
         if td is not None and td.dtype == pd.dtype and td.shape == pd.shape \
-                and type(pd.shape) is tuple and pd.size and kern.is_c_contiguous(pd) \
+                and type(pd.shape) is tuple and kern.is_c_contiguous(pd) \
                 and kern.is_c_contiguous(td):
             return _mse(pred, pd, td, kern, reduction)
     pred, target = pair(pred, target, "mse_loss", ("pred", "target"))
@@ -50,8 +60,6 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     if pd.shape != td.shape:
         raise ValueError(f"mse_loss: pred shape {pd.shape} and target shape "
                          f"{td.shape} differ")
-    if pd.size == 0:
-        raise ValueError("mse_loss: pred and target are empty")
     return _mse(pred, contiguous(pred), contiguous(target), pred._kern, reduction)
 
 
@@ -59,7 +67,7 @@ def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
     loss = buffers.take(kern, (), pd.dtype)
     resid = buffers.take(kern, pd.shape, pd.dtype)
     (kern.mse_mt if pd.size >= kern.MT_MIN else kern.mse)(
-        pd, td, loss, resid, 1.0 if reduction == "sum" else 1.0 / pd.size)
+        pd, td, loss, resid, _scale(reduction, pd.size))
     return result(loss, kern, (pred,), _loss_backward, (resid,))
 
 
@@ -67,18 +75,17 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
                                      reduction: str = "mean") -> Tensor:
     """PyTorch's ``F.binary_cross_entropy_with_logits``: the sigmoid and the
     binary cross-entropy in one stable formula (fine for logits of +-1000).
-    ``target`` holds probabilities in [0, 1], same shape as ``logits``."""
+    ``target`` holds probabilities in [0, 1], same shape as ``logits``; the
+    mean over no elements is nan, as PyTorch."""
     check_reduction("binary_cross_entropy_with_logits", reduction)
     x, t = pair(logits, target, "binary_cross_entropy_with_logits", ("logits", "target"))
     if x.shape != t.shape:
         raise ValueError(f"binary_cross_entropy_with_logits: logits shape {x.shape} and "
                          f"target shape {t.shape} differ")
-    if x.size == 0:
-        raise ValueError("binary_cross_entropy_with_logits: logits are empty")
     kern, dtype = x._kern, x._data.dtype
     loss = buffers.take(kern, (), dtype)
     grad = buffers.take(kern, x.shape, dtype)
-    scale = 1.0 if reduction == "sum" else 1.0 / x.size
+    scale = _scale(reduction, x.size)
     (kern.pointwise_loss_mt if grad.size >= kern.MT_MIN else kern.pointwise_loss)(
         codes.BCE_LOGITS, contiguous(x), contiguous(t), loss, grad, scale)
     return result(loss, kern, (x,), _loss_backward, (grad,))
@@ -87,7 +94,8 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
 def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     """PyTorch's ``F.cross_entropy`` for (n, C) logits and integer class
     indices ``target`` (n,): log-softmax and negative log-likelihood fused in
-    one stable kernel, whose backward is softmax minus one-hot.
+    one stable kernel, whose backward is softmax minus one-hot. The mean over
+    zero rows is nan, as PyTorch.
 
     ``target`` is a NumPy integer array on either device (on "cuda" it is
     uploaded once per call) or, on "cuda", a Numba device array of integers
@@ -104,7 +112,7 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     loss = buffers.take(kern, (), x.dtype)
     grad = buffers.take(kern, x.shape, x.dtype)
     (kern.cross_entropy_mt if grad.size >= kern.MT_MIN else kern.cross_entropy)(
-        contiguous(x), labels, loss, grad, 1.0 if reduction == "sum" else 1.0 / max(n, 1))
+        contiguous(x), labels, loss, grad, _scale(reduction, n))
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 

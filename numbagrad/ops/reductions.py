@@ -1,6 +1,7 @@
 """Reductions (sum, mean) and the softmax family, each forward beside its backward."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import buffers
@@ -44,10 +45,8 @@ def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     else:
         out2 = (r, 1)
         out_shape = (r, 1) if keepdims else (r,)
-    count = (r * c) // (out2[0] * out2[1])
-    if mean and count == 0:
-        raise ValueError(f"{op}: mean of an empty slice (tensor of {describe(x)})")
-    scale = 1.0 / count if mean else 1.0
+    count = r * c if ax is None else (r if ax == 0 else c)   # elements per output
+    scale = (1.0 / count if count else math.nan) if mean else 1.0   # nan * 0: a mean of nothing
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
     (kern.sum_to_mt if x._data.size >= kern.MT_MIN else kern.sum_to)(
@@ -72,7 +71,8 @@ def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A0
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Mean over ``axis`` (None: all), with NumPy's result shapes."""
+    """Mean over ``axis`` (None: all), with NumPy's result shapes; a mean over
+    no elements is nan, as PyTorch (and NumPy, which also warns)."""
     return _reduce(x, axis, keepdims, True, "mean")
 
 

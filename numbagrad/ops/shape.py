@@ -7,7 +7,7 @@ import numpy as np
 
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
-from ..tensor import Tensor
+from ..tensor import Tensor, _wrappers
 from ._common import contiguous, describe, ones, operand, reshaped, result, scalar_of
 
 
@@ -17,7 +17,14 @@ def transpose(x: Any) -> Tensor:
     x = operand(x, "transpose")
     if x.ndim < 2:
         return x
-    return result(x._data.T, x._kern, (x,), _transpose_backward, (), pool=x._pool)
+    return _view_of(x, result(x._data.T, x._kern, (x,), _transpose_backward, (), pool=x._pool))
+
+
+def _view_of(x: Tensor, out: Tensor) -> Tensor:
+    """``out``, a view of ``x``'s data, noted as wrapping an accumulator when ``x`` is."""
+    if _wrappers and x in _wrappers:
+        _wrappers.add(out)
+    return out
 
 
 def _transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -48,7 +55,8 @@ def reshape(x: Any, *shape: Any) -> Tensor:
         raise ValueError(f"reshape: tensors have at most 2 dims, got shape {new}")
     data = contiguous(x)
     pool = x._pool if data is x._data else data
-    return result(reshaped(data, new), x._kern, (x,), _reshape_backward, (), pool=pool)
+    return _view_of(x, result(reshaped(data, new), x._kern, (x,), _reshape_backward, (),
+                              pool=pool))
 
 
 def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:

@@ -311,7 +311,7 @@ def _reduced_grad(code, which, a, b, gout, i, j):
     c0, c1 = (0, cols) if src.shape[1] == 1 else (j, j + 1)
     ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
     bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
-    total = gout[0, 0] * 0
+    total = 0.0   # (not gout[0, 0] * 0: nan for an infinite or absent gout[0, 0])
     for r in range(r0, r1):
         for c in range(c0, c1):
             av = a[0 if ba0 else r, 0 if ba1 else c]
@@ -404,7 +404,12 @@ def binary_backward_mt(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b)
 def _column_sums(x, out, scale, beta, c0, c1):
     # Column sums (a bias gradient) of columns [c0, c1): walk x row by row,
     # so the inner loop is contiguous and vectorises, adding into out as it goes.
-    o, x0 = out[0, c0:c1], x[0, c0:c1]
+    o = out[0, c0:c1]
+    if x.shape[0] == 0:   # a sum over no rows is 0 (scale * 0: a mean's is nan)
+        for j in range(o.size):
+            o[j] = scale * 0 if beta == 0 else beta * o[j] + scale * 0
+        return
+    x0 = x[0, c0:c1]
     for j in range(o.size):
         o[j] = scale * x0[j] if beta == 0 else beta * o[j] + scale * x0[j]
     for r in range(1, x.shape[0]):

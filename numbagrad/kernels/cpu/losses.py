@@ -28,16 +28,24 @@ def _spans(n):
 
 # ------------------------------------------------------------------ MSE
 # reassoc lets LLVM vectorize the sum (lanes of partial sums): ~3x faster.
-# One compiled span loop serves both kernels.
+# The sum's loop only reads: a loop that also wrote the residual got a
+# runtime alias check, whose scalar fallback (taken when the residual starts
+# just after pred, as in ng.compile's arena) adds in another order.
 @njit(cache=True, error_model="numpy", fastmath={"reassoc"})
-def _mse_span(p, t, r, c, lo, hi):
-    ps, ts, rs = p[lo:hi], t[lo:hi], r[lo:hi]
+def _sq_diff_sum(ps, ts):
     total = 0.0
     for i in range(ps.size):
         d = ps[i] - ts[i]
-        rs[i] = c * d
         total += d * d
     return total
+
+
+@njit(cache=True, error_model="numpy")
+def _mse_span(p, t, r, c, lo, hi):
+    ps, ts, rs = p[lo:hi], t[lo:hi], r[lo:hi]
+    for i in range(ps.size):
+        rs[i] = c * (ps[i] - ts[i])
+    return _sq_diff_sum(ps, ts)
 
 
 @njit(cache=True, error_model="numpy")

@@ -23,6 +23,8 @@ def _lane_blocks(lanes, length):
 @njit(cache=True, error_model="numpy")
 def _softmax_lanes(x, out, axis, log, l0, l1):
     length = x.shape[axis]
+    if length == 0:   # empty lanes: nothing to write (nor to read)
+        return
     for lane in range(l0, l1):
         peak = x[0, lane] if axis == 0 else x[lane, 0]
         for k in range(1, length):

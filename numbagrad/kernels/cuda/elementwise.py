@@ -119,7 +119,7 @@ def _reduced_grad(code, which, a, b, gout, i, j):
     c0, c1 = (0, cols) if src.shape[1] == 1 else (j, j + 1)
     ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
     bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
-    total = gout[0, 0] * 0
+    total = 0.0   # (not gout[0, 0] * 0: nan for an infinite or absent gout[0, 0])
     for r in range(r0, r1):
         for c in range(c0, c1):
             av = a[0 if ba0 else r, 0 if ba1 else c]
@@ -184,7 +184,9 @@ def _sum_to_source(config: Config, dtype):
         stride = cuda.gridsize(1)
         while k < out.size:
             i, j = k // out.shape[1], k % out.shape[1]
-            if b0 and not b1:   # column sums in the CPU kernel's order
+            if b0 and not b1 and rows == 0:   # a sum over no rows is 0 (a mean's nan)
+                out[0, j] = scale * 0 if beta == 0.0 else beta * out[0, j] + scale * 0
+            elif b0 and not b1:   # column sums in the CPU kernel's order
                 acc = scale * x[0, j] if beta == 0.0 else beta * out[0, j] + scale * x[0, j]
                 for r in range(1, rows):
                     acc += scale * x[r, j]

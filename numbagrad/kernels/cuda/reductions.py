@@ -14,7 +14,7 @@ def _softmax_source(config: Config, dtype):
     def softmax_kernel(x, out, axis, log):
         lanes = x.shape[1] if axis == 0 else x.shape[0]
         length = x.shape[axis]
-        lane = cuda.grid(1)
+        lane = cuda.grid(1) if length > 0 else lanes   # empty lanes: nothing to do
         stride = cuda.gridsize(1)
         while lane < lanes:
             peak = x[0, lane] if axis == 0 else x[lane, 0]
