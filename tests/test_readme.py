@@ -7,11 +7,12 @@ mpiexec on two ranks.
 Building that venv takes minutes, so the test venv stands in for it when it
 qualifies: every distribution the first command installs (its requirements
 and theirs, extras and markers evaluated) is installed here at a version the
-command allows. The blocks then run with every other installed package
-hidden (``None`` in ``sys.modules``, so importing it fails as it would
-there), with this checkout's numbagrad. A test venv that does not qualify
-(or ``NUMBAGRAD_README_VENV=new``) makes the test build the venv with the
-first command itself, once, under ``~/.cache/numbagrad-readme``.
+command allows. The blocks then see only those: each runs with its
+site-packages replaced by a folder of links to those distributions' files
+(so other packages neither import nor show in ``importlib.metadata``), and
+this checkout's numbagrad. A test venv that does not qualify (or
+``NUMBAGRAD_README_VENV=new``) makes the test build the venv with the first
+command itself, once, under ``~/.cache/numbagrad-readme``.
 """
 from __future__ import annotations
 
@@ -55,21 +56,44 @@ FEATURES = {
 MPI_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo",
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-# Runs block.py with the named modules unimportable.
-RUNNER = """import runpy, sys
-for name in {hidden!r}:
-    sys.modules.setdefault(name, None)
-runpy.run_path("block.py", run_name="__main__")
+# Runs block.py (under ``--mpi`` as ``python -m mpi4py block.py`` would), after
+# {isolate}: nothing, or ISOLATE.
+RUNNER = """import os, runpy, site, sys
+{isolate}
+if sys.argv[1:] == ["--mpi"]:
+    sys.argv = ["mpi4py", "block.py"]
+    runpy.run_module("mpi4py", run_name="__main__", alter_sys=True)
+else:
+    runpy.run_path("block.py", run_name="__main__")
+"""
+# The test venv as the first command's: the standard library, this checkout,
+# and the linked distributions, whose .pth files run again (what the real
+# site-packages' ones imported and hooked in at startup is undone first).
+ISOLATE = """started = [name for name, module in list(sys.modules.items())
+           if "-packages" in str(getattr(module, "__file__", None) or "")]
+sys.meta_path[:] = [f for f in sys.meta_path if f.__module__ not in started]
+for name in started:
+    del sys.modules[name]
+sys.path[1:] = [p for p in sys.path[1:]
+                if p.startswith(sys.base_prefix) and "-packages" not in p]
+sys.path.insert(1, {root!r})
+site.addsitedir({view!r})
 """
 
 
 # ------------------------------------------------------ the first command
+def setup_steps(command: str) -> list[str]:
+    """A README command's steps up to its one ``pip install`` (the venv's
+    making, without what it then runs)."""
+    steps = command.split(" && ")
+    pip = [i for i, step in enumerate(steps) if shlex.split(step)[:2] == ["pip", "install"]]
+    assert len(pip) == 1, f"expected one pip install step in {command!r}"
+    return steps[:pip[0] + 1]
+
+
 def pip_install_step(command: str) -> list[str]:
     """The arguments of the ``pip install`` step of a README command."""
-    steps = [shlex.split(step) for step in command.split(" && ")]
-    pip = [step for step in steps if step[:2] == ["pip", "install"]]
-    assert len(pip) == 1, f"expected one pip install step in {command!r}"
-    return pip[0][2:]
+    return shlex.split(setup_steps(command)[-1])[2:]
 
 
 def requested(args: list[str]) -> list[Requirement]:
@@ -134,17 +158,26 @@ def installed_closure(reqs: list[Requirement]) -> tuple[set[str], list[str]]:
     return names, sorted(set(problems))
 
 
-def hidden_modules(allowed: set[str]) -> list[str]:
-    """Top-level modules of installed distributions outside ``allowed``."""
-    return sorted(module for module, dists in metadata.packages_distributions().items()
-                  if not any(canonicalize_name(d) in allowed for d in dists))
+def link_site(names: set[str], where: Path) -> Path:
+    """A folder of links to the installed top-level files and folders of the
+    distributions in ``names`` (a shared namespace folder such as ``nvidia``
+    comes whole)."""
+    where.mkdir()
+    for dist in metadata.distributions():
+        if canonicalize_name(dist.metadata["Name"]) not in names:
+            continue
+        for top in {f.parts[0] for f in dist.files or ()} - {"..", "__pycache__"}:
+            source, link = Path(dist.locate_file(top)), where / top
+            if source.exists() and not link.is_symlink():
+                link.symlink_to(source)
+    return where
 
 
 class Venv:
-    """A Python that runs README blocks, with modules to hide from them."""
+    """A Python that runs README blocks, and the code that first sets its path."""
 
-    def __init__(self, python: str, hidden: list[str], pythonpath: str | None) -> None:
-        self.python, self.hidden, self.pythonpath = python, hidden, pythonpath
+    def __init__(self, python: str, isolate: str = "") -> None:
+        self.python, self.isolate = python, isolate
 
 
 def build_venv(command: str) -> Venv:
@@ -159,38 +192,37 @@ def build_venv(command: str) -> Venv:
     if not (where / "complete").exists():
         shutil.rmtree(where, ignore_errors=True)
         where.parent.mkdir(parents=True, exist_ok=True)
-        steps = [s for s in command.split(" && ") if not s.startswith("python scripts/")]
-        script = " && ".join(steps).replace(".venv", shlex.quote(str(where)))
+        script = " && ".join(setup_steps(command)).replace(".venv", shlex.quote(str(where)))
         result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True,
                                 text=True, timeout=3600, stdin=subprocess.DEVNULL, check=False)
         assert result.returncode == 0, (f"building the README's venv failed: {script}\n"
                                         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
         (where / "complete").write_text(script + "\n")
-    return Venv(str(python), [], None)
+    return Venv(str(python))
 
 
 @pytest.fixture(scope="module")
-def venv() -> Venv:
+def venv(tmp_path_factory) -> Venv:
     command = COMMANDS[0]
     names, problems = installed_closure(requested(pip_install_step(command)))
     if os.environ.get("NUMBAGRAD_README_VENV") == "new" or problems:
         return build_venv(command)
-    names |= {canonicalize_name(PROJECT["name"]), "pip"}     # (python3 -m venv installs pip)
-    return Venv(sys.executable, hidden_modules(names), str(ROOT))
+    names.add("pip")                                    # (python3 -m venv installs pip)
+    names.discard(canonicalize_name(PROJECT["name"]))   # the checkout's, not an install's
+    view = link_site(names, tmp_path_factory.mktemp("readme") / "site-packages")
+    return Venv(sys.executable, ISOLATE.format(root=str(ROOT), view=str(view)))
 
 
 def run(code: str, tmp_path: Path, venv: Venv, prefix: tuple = ()) -> subprocess.CompletedProcess:
     env = dict(os.environ, **MPI_ENV)
     env.pop("PYTHONPATH", None)
-    if venv.pythonpath:
-        env["PYTHONPATH"] = venv.pythonpath
     if 'device="cuda"' in code:
         env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     (tmp_path / "block.py").write_text(code)
-    (tmp_path / "run_block.py").write_text(RUNNER.format(hidden=venv.hidden))
-    return subprocess.run([*prefix, venv.python, *(["-m", "mpi4py"] if prefix else []),
-                           "run_block.py"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL, check=False)
+    (tmp_path / "run_block.py").write_text(RUNNER.format(isolate=venv.isolate))
+    return subprocess.run([*prefix, venv.python, "run_block.py", *(["--mpi"] if prefix else [])],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, check=False)
 
 
 def explain(code: str, result: subprocess.CompletedProcess) -> str:
@@ -228,12 +260,28 @@ def test_the_venv_check_names_what_is_missing_or_at_a_wrong_version():
     assert installed_closure([Requirement("numpy")])[1] == []
 
 
+def test_the_venv_is_built_by_the_command_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    command = ("python3 -m venv --without-pip .venv && pip install --help"
+               " && python scripts/bench.py --quick")
+    built = build_venv(command)
+    assert Path(built.python).exists() and built.isolate == ""
+    made = next(tmp_path.glob("numbagrad-readme/*/complete")).read_text()
+    assert made.startswith("python3 -m venv --without-pip " + str(tmp_path))
+    assert made.rstrip().endswith("pip install --help")      # not the benchmark
+    (Path(built.python).parent / "mark").write_text("")
+    assert build_venv(command).python == built.python                   # reused, not rebuilt
+    assert (Path(built.python).parent / "mark").exists()
+
+
 def test_a_package_the_first_command_does_not_install_is_hidden(tmp_path, venv):
     result = run("import pytest\n", tmp_path, venv)
-    assert result.returncode != 0 and "pytest" in result.stderr
-    result = run("import numpy, scipy, numbagrad\nprint(numbagrad.__file__)\n", tmp_path, venv)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(str(ROOT))            # this checkout's numbagrad
+    assert result.returncode != 0 and "No module named 'pytest'" in result.stderr
+    result = run("import importlib.metadata as m, numbagrad, sklearn\n"
+                 "print(numbagrad.__file__)\nprint(m.version('scikit-learn'))\n"
+                 "m.version('hypothesis')\n", tmp_path, venv)
+    assert result.stdout.startswith(str(ROOT)), result.stderr       # this checkout's numbagrad
+    assert "PackageNotFoundError: No package metadata was found for hypothesis" in result.stderr
 
 
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
