@@ -58,7 +58,7 @@ MPI_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo",
            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 # Runs block.py (under ``--mpi`` as ``python -m mpi4py block.py`` would), after
 # {isolate}: nothing, or ISOLATE.
-RUNNER = """import os, runpy, site, sys
+RUNNER = """import runpy, site, sys
 {isolate}
 if sys.argv[1:] == ["--mpi"]:
     sys.argv = ["mpi4py", "block.py"]
@@ -180,10 +180,10 @@ class Venv:
         self.python, self.isolate = python, isolate
 
 
-def build_venv(command: str) -> Venv:
+def build_venv(command: str, why: str) -> Venv:
     """The venv that the README's first command makes (without its last
     step, the benchmark), built once per version of the command and the
-    project's requirements."""
+    project's requirements; ``why`` the test venv does not do."""
     key = hashlib.sha256((command + repr(PROJECT["dependencies"]) +
                           repr(PROJECT.get("optional-dependencies"))).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -195,7 +195,7 @@ def build_venv(command: str) -> Venv:
         script = " && ".join(setup_steps(command)).replace(".venv", shlex.quote(str(where)))
         result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True,
                                 text=True, timeout=3600, stdin=subprocess.DEVNULL, check=False)
-        assert result.returncode == 0, (f"building the README's venv failed: {script}\n"
+        assert result.returncode == 0, (f"building the README's venv ({why}) failed: {script}\n"
                                         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
         (where / "complete").write_text(script + "\n")
     return Venv(str(python))
@@ -205,8 +205,10 @@ def build_venv(command: str) -> Venv:
 def venv(tmp_path_factory) -> Venv:
     command = COMMANDS[0]
     names, problems = installed_closure(requested(pip_install_step(command)))
-    if os.environ.get("NUMBAGRAD_README_VENV") == "new" or problems:
-        return build_venv(command)
+    if problems:
+        return build_venv(command, "the test venv lacks " + "; ".join(problems))
+    if os.environ.get("NUMBAGRAD_README_VENV") == "new":
+        return build_venv(command, "NUMBAGRAD_README_VENV=new")
     names.add("pip")                                    # (python3 -m venv installs pip)
     names.discard(canonicalize_name(PROJECT["name"]))   # the checkout's, not an install's
     view = link_site(names, tmp_path_factory.mktemp("readme") / "site-packages")
@@ -264,13 +266,13 @@ def test_the_venv_is_built_by_the_command_once(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     command = ("python3 -m venv --without-pip .venv && pip install --help"
                " && python scripts/bench.py --quick")
-    built = build_venv(command)
+    built = build_venv(command, "a test")
     assert Path(built.python).exists() and built.isolate == ""
     made = next(tmp_path.glob("numbagrad-readme/*/complete")).read_text()
     assert made.startswith("python3 -m venv --without-pip " + str(tmp_path))
     assert made.rstrip().endswith("pip install --help")      # not the benchmark
     (Path(built.python).parent / "mark").write_text("")
-    assert build_venv(command).python == built.python                   # reused, not rebuilt
+    assert build_venv(command, "a test").python == built.python     # reused, not rebuilt
     assert (Path(built.python).parent / "mark").exists()
 
 
