@@ -26,22 +26,22 @@ class Module:
     ``__init__`` and compute in ``forward``; call the module to run it."""
 
     def __init__(self) -> None:
-        object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_modules", {})
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if "_params" not in self.__dict__:
+        if "_parameters" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}.__init__ must call "
                                  "super().__init__() before setting attributes")
         is_param = isinstance(value, Tensor) and value.is_param
         is_module = isinstance(value, Module)
         # Re-assigning keeps the registration order, as PyTorch does.
         if not is_param:
-            self._params.pop(name, None)
+            self._parameters.pop(name, None)
         if not is_module:
             self._modules.pop(name, None)
         if is_param:
-            self._params[name] = value
+            self._parameters[name] = value
         elif is_module:
             self._modules[name] = value
         object.__setattr__(self, name, value)
@@ -61,7 +61,7 @@ class Module:
                 yield name, p
 
     def _named(self, prefix: str) -> Iterator[tuple[str, Tensor]]:
-        for name, p in self._params.items():
+        for name, p in self._parameters.items():
             yield prefix + name, p
         for name, module in self._modules.items():
             yield from module._named(f"{prefix}{name}.")
@@ -105,7 +105,7 @@ class Module:
         built before must be built again). Returns the module."""
         moved: dict[int, Tensor] = {}   # a param shared by two modules stays shared
         for module in self._walk():
-            for name, p in list(module._params.items()):
+            for name, p in list(module._parameters.items()):
                 if id(p) not in moved:
                     moved[id(p)] = p.to(device)
                 setattr(module, name, moved[id(p)])

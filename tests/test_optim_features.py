@@ -6,6 +6,7 @@ features against hand-computed values and against numbagrad's own full batch.
 import inspect
 import itertools
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -430,9 +431,9 @@ def test_the_threaded_path_trains_like_the_serial_one(monkeypatch):
             opt.step()
         return W.numpy(), opt.last_grad_norm
 
-    monkeypatch.setattr(cpu_optim, "PARALLEL_MIN_SIZE", 0)   # never threaded
+    monkeypatch.setattr(cpu, "MT_MIN", sys.maxsize)   # never threaded
     serial = run()
-    monkeypatch.setattr(cpu_optim, "PARALLEL_MIN_SIZE", 1)   # always (with >1 thread)
+    monkeypatch.setattr(cpu, "MT_MIN", 1)             # always (with >1 thread)
     threaded = run()
     np.testing.assert_array_equal(serial[0], threaded[0])
     assert serial[1] == threaded[1]
@@ -491,7 +492,7 @@ def test_the_cuda_window_boundary_costs_one_reduction_and_one_small_read(options
 
 
 def test_the_dispatch_times_both_variants_and_runs_the_faster(monkeypatch):
-    monkeypatch.setattr(cpu_optim, "PARALLEL_MIN_SIZE", 10)
+    monkeypatch.setattr(cpu, "MT_MIN", 10)
     monkeypatch.setattr(cpu_optim.numba, "get_num_threads", lambda: 2)
     ran = []
     cost = {"serial": 1.0, "threaded": 3.0}   # seconds per call, by the fake clock

@@ -24,6 +24,8 @@ import numba
 from numba.extending import overload
 from numba.np.ufunc import parallel as _numba_parallel
 
+from .. import env_int
+
 # Numba's OpenMP workers spin after each parallel region by default, and on
 # a 2-core machine they then hold the core the BLAS threads of the next GEMM
 # need (and the other way round): the 784-1024-1024-10 MLP step took 26-31
@@ -71,13 +73,6 @@ def _wrap_numba_launch() -> bool:
 PASSIVE_LAUNCH = _wrap_numba_launch()
 
 
-def _env_int(key: str, default: int) -> int:
-    value = int(os.environ.get(key, default))
-    if value < 0:
-        raise ValueError(f"{key} must be a non-negative integer, got {value}")
-    return value
-
-
 def _cast_like(array, x):
     """``x`` rounded to ``array``'s dtype (jitted code only)."""
     return array.dtype.type(x)
@@ -95,7 +90,7 @@ def _cast_like_impl(array, x):
 CHUNK = 1 << 14   # the optimizer kernels' elements per parallel task (and sumsq's order)
 SPAN = 1 << 12    # elementwise/loss kernels' elements per task; the losses' summation unit
 
-# Measured on the project's 2-core machine with _time_kernels() below (2
+# Measured on the project's 2-core machine with scripts/time_threads.py (2
 # threads, best of 3 interleaved blocks; threaded time / serial time):
 #   compute-bound (tanh, binary_backward mul, softmax, cross-entropy, a full
 #     sum_to): 0.50-0.84 from 2**14 in both dtypes;
@@ -108,84 +103,8 @@ SPAN = 1 << 12    # elementwise/loss kernels' elements per task; the losses' sum
 # 2**16 is where every threaded kernel the ops use wins in both dtypes.
 # With another process busy on a core a threaded call waits for it (seen:
 # ~8 ms per call), so on a loaded machine set NUMBAGRAD_PARALLEL_MIN=0
-# (never threaded); it sets the optimizer kernels' threshold too.
-PARALLEL_MIN = _env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
+# (never threaded). The optimizer kernels (optim.py) use this threshold too.
+PARALLEL_MIN = env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
 NEVER = sys.maxsize
 MT_MIN = PARALLEL_MIN if PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1 else NEVER
 
-
-# ------------------------------------------------------------ timing
-def _time_kernels(exponents: range = range(12, 21), blocks: int = 5, dtypes=None,
-                  only=None) -> None:
-    """Print serial/threaded ns per element of each ``_mt`` kernel for 2**e
-    elements (2-D operands of 256 columns; cross-entropy 64 classes), the
-    best of ``blocks`` medians, the two variants interleaved block by block.
-    How ``PARALLEL_MIN`` was chosen (run it on a quiet machine)::
-
-        python -c "from numbagrad.kernels.cpu._threads import _time_kernels as t; t()"
-    """
-    import statistics
-    import time
-
-    import numpy as np
-
-    from .. import cpu as k
-    from .. import scalar as S
-
-    def cases(dtype, n):
-        f = dtype
-        rng = np.random.default_rng(0)
-        rows, cols = n // 256, 256
-        x, y, g = (rng.normal(size=(rows, cols)).astype(dtype) for _ in range(3))
-        o, d = np.empty_like(x), np.empty_like(x)
-        bias, colsum, one = x[:1].copy(), np.empty((1, cols), dtype), np.empty((1, 1), dtype)
-        loss = np.zeros((), dtype)
-        logits = rng.normal(size=(n // 64, 64)).astype(dtype)
-        labels = rng.integers(0, 64, size=n // 64)
-        ce_grad = np.empty_like(logits)
-        return {
-            "relu": ("unary", (S.RELU, x, o, f(0), f(1), f(0))),
-            "tanh": ("unary", (S.TANH, x, o, f(0), f(1), f(0))),
-            "relu'": ("unary_backward", (S.RELU, x, o, g, d, 1.0, f(0))),
-            "add": ("binary", (S.ADD, x, y, o)),
-            "add_bias": ("binary", (S.ADD, x, bias, o)),
-            "mul'": ("binary_backward", (S.MUL, x, y, g, d, 0.0, True, o, 0.0, True)),
-            "colsum": ("sum_to", (x, colsum, 1.0, 1.0)),
-            "sum": ("sum_to", (x, one, f(1), f(0))),
-            "softmax": ("softmax", (x, o, 1, True)),
-            "softmax'": ("softmax_backward", (o, g, d, 0.0, 1, True)),
-            "mse": ("mse", (x, y, loss, o, 1.0 / n)),
-            "bce": ("pointwise_loss", (S.BCE_LOGITS, x, y, loss, o, 1.0 / n)),
-            "xent": ("cross_entropy", (logits, labels, loss, ce_grad, 0.1)),
-            "axpby": ("axpby", (1.0, x, 1.0, d)),
-            "scaled_add": ("scaled_add", (loss, x, 1.0, d)),
-        }
-
-    def ns(fn, args, n, reps):
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn(*args)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) / n * 1e9
-
-    import numba
-    print(f"{numba.get_num_threads()} threads; serial/threaded ns per element "
-          f"(threaded time / serial time)")
-    for dtype in dtypes or (np.float32, np.float64):
-        for e in exponents:
-            n = 1 << e
-            row = []
-            for name, (kern, args) in cases(dtype, n).items():
-                if only and name not in only:
-                    continue
-                pair = (getattr(k, kern), getattr(k, kern + "_mt"))
-                for fn in pair:
-                    fn(*args)
-                reps = max(7, min(301, 2_000_000 // n))
-                best = [float("inf"), float("inf")]
-                for _ in range(blocks):
-                    for i, fn in enumerate(pair):
-                        best[i] = min(best[i], ns(fn, args, n, reps))
-                row.append(f"{name} {best[0]:.2f}/{best[1]:.2f} ({best[1] / best[0]:.2f})")
-            print(f"{np.dtype(dtype).name} 2^{e}: " + " | ".join(row), flush=True)

@@ -1,11 +1,11 @@
 """CPU optimizer kernels: one fused pass over an optimizer's flat buffers.
 
 Each kernel has a serial and a multi-threaded (``prange``) variant with the
-same arithmetic, so both give the same bits. Below ``PARALLEL_MIN_SIZE``
-elements the serial one always runs (waking the threads costs more than it
-saves); ``NUMBAGRAD_PARALLEL_MIN`` overrides the threshold (0: never
-threaded). Above it ``_Dispatch`` runs whichever variant was faster when
-last timed: threads only help while cores are free.
+same arithmetic, so both give the same bits. Below the CPU kernels' one
+threshold, ``kernels.cpu.MT_MIN`` (``NUMBAGRAD_PARALLEL_MIN``, see
+``_threads``), the serial one always runs (waking the threads costs more
+than it saves). Above it ``_Dispatch`` runs whichever variant was faster
+when last timed: threads only help while cores are free.
 
 Hyper-parameters arrive as Python floats and are rounded once to the
 buffers' dtype before the element loop, so float32 buffers are updated in
@@ -23,20 +23,24 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+# The package, partly initialised while it imports this module: _threaded
+# reads its MT_MIN at call time, the threshold the op layer reads too.
+from .. import cpu as _package
 # CHUNK: elements per parallel task; also the unit of sumsq's fixed order.
 # (boundary.py imports _cast_like from here.)
-from ._threads import CHUNK, _cast_like, _env_int
+from ._threads import CHUNK, _cast_like
 
-# Measured on the project's 2-core machine with _time_variants() (2 threads):
-# the threaded Adam and SGD win from 2**15 elements (two chunks) in both
-# dtypes, sumsq from 2**16; at 2**14 and below every threaded variant loses
-# (by 10-300% on a quiet machine). 2**16 is where all of them win.
-PARALLEL_MIN_SIZE = _env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
+# Measured on the project's 2-core machine with scripts/time_threads.py
+# --optim (2 threads): the threaded Adam and SGD win from 2**15 elements
+# (two chunks) in both dtypes, sumsq from 2**16; at 2**14 and below every
+# threaded variant loses (by 10-300% on a quiet machine). 2**16, the op
+# kernels' threshold too, is where all of them win.
 RETRY = 50   # calls between re-timings of the variant not in use
 
 
 def _threaded(n: int) -> bool:
-    return 0 < PARALLEL_MIN_SIZE <= n and numba.get_num_threads() > 1
+    """Whether an ``n``-element update may run threaded (then timed)."""
+    return n >= _package.MT_MIN and numba.get_num_threads() > 1
 
 
 class _Dispatch:
@@ -262,47 +266,3 @@ _sgd = _Dispatch(_sgd_serial, _sgd_parallel)
 _adam = _Dispatch(_adam_serial, _adam_parallel)
 _sumsq = _Dispatch(_sumsq_serial, _sumsq_parallel)
 
-
-# ------------------------------------------------------------ timing
-def _time_variants(exponents: range = range(12, 23), blocks: int = 3) -> None:
-    """Print serial/threaded ns per element of each kernel for 2**e elements.
-
-    How ``PARALLEL_MIN_SIZE`` was chosen (the best of ``blocks`` medians; run it
-    on a quiet machine)::
-
-        python -c "from numbagrad.kernels.cpu.optim import _time_variants as t; t()"
-    """
-    import statistics
-
-    def ns(fn, n, reps):
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) / n * 1e9
-
-    print(f"{numba.get_num_threads()} threads; serial/threaded ns per element")
-    for dtype in (np.float32, np.float64):
-        f = dtype
-        for e in exponents:
-            n = 1 << e
-            rng = np.random.default_rng(0)
-            w, g, m = (rng.normal(size=n).astype(dtype) for _ in range(3))
-            v = np.abs(rng.normal(size=n)).astype(dtype)
-            seg, live = np.array([0, n], np.int64), np.ones(1, np.uint8)
-            steps, out = np.zeros(1, np.int64), np.zeros(1)
-            adam = (w, g, m, v, seg, live, steps, steps.copy(), 1e-3, 0.9, 0.999, f(0.1),
-                    f(0.999), f(0.001), f(1e-8), f(0.5), f(1.0))
-            sgd = (w, g, v, seg, live, f(1e-3), f(0.9), f(0.5), f(0.0))
-            row = []
-            for name, pair, args in (("adam", (_adam_serial, _adam_parallel), adam),
-                                     ("sgd", (_sgd_serial, _sgd_parallel), sgd),
-                                     ("sumsq", (_sumsq_serial, _sumsq_parallel), (g, out))):
-                reps = max(7, min(301, 4_000_000 // n))
-                for kern in pair:
-                    kern(*args)
-                best = [min(ns(lambda k=k, a=args: k(*a), n, reps) for _ in range(blocks))
-                        for k in pair]
-                row.append(f"{name} {best[0]:.3f}/{best[1]:.3f}")
-            print(f"{np.dtype(dtype).name} 2^{e}: " + " | ".join(row), flush=True)

@@ -7,28 +7,18 @@ lists every one with explicit signatures so tests can compile all to PTX.
 """
 from __future__ import annotations
 
-import os
-
 from typing import Callable, NamedTuple
 
 import numpy as np
 
 from numba import cuda, float32, float64, types
 
+from .. import env_int
 
-
-
-def _env_int(key: str, default: int) -> int:
-    value = int(os.environ.get(key, default))
-    if value < 1:
-        raise ValueError(f"{key} must be a positive integer, got {value}")
-    return value
-
-
-TILE = _env_int("NUMBAGRAD_CUDA_TILE", 16)
-WPT = _env_int("NUMBAGRAD_CUDA_WPT", 4)
-THREADS = _env_int("NUMBAGRAD_CUDA_THREADS", 256)
-MAX_BLOCKS = _env_int("NUMBAGRAD_CUDA_BLOCKS", 1024)
+TILE = env_int("NUMBAGRAD_CUDA_TILE", 16, minimum=1)
+WPT = env_int("NUMBAGRAD_CUDA_WPT", 4, minimum=1)
+THREADS = env_int("NUMBAGRAD_CUDA_THREADS", 256, minimum=1)
+MAX_BLOCKS = env_int("NUMBAGRAD_CUDA_BLOCKS", 1024, minimum=1)
 if THREADS & (THREADS - 1):
     raise ValueError(f"NUMBAGRAD_CUDA_THREADS must be a power of two, got {THREADS}")
 
