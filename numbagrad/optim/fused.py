@@ -82,17 +82,38 @@ class FusedUpdate:
             lr = self.opt._lr_for(win.t)
         except Exception:  # noqa: BLE001 (opt.step() raises it after the backward, as eager)
             return self.PYTHON
-        rule = self.rule
-        values = (lr, 1.0 / win.accumulate_steps if win.average else 1.0,
+        self._arm(lr, win.accumulate_steps, self.all_live)
+        return self.CLOSE
+
+    def _arm(self, lr: float, positions: int, live: tuple) -> None:
+        """Fill ``ctl`` for a window of ``positions`` micro-steps closing now."""
+        win, rule = self.win, self.rule
+        values = (lr, 1.0 / positions if win.average else 1.0,
                   -1.0 if win.max_grad_norm is None else win.max_grad_norm, CLIP_EPS,
                   1.0 if win.nonfinite != "ignore" else 0.0,
                   rule.fused_parity(self.group, self.args), *rule.fused_hyper())
         if values != self.sent:
             self.ctl[bk.LR:bk.LR + len(values)] = values
             self.sent = values
-        self.group.set_live(self.all_live)
+        self.group.set_live(live)
         self.ctl[bk.CLOSING] = 1.0    # the boundary kernel sets it back to 0
-        return self.CLOSE
+
+    def close_now(self, lr: float) -> bool:
+        """Eager ``step()``'s boundary as one call of the same kernel: True when
+        the update was applied and the window closed. False changes nothing
+        that ``Window.close`` reads: a window of ``step(grads)`` or one with a
+        distributed hook, ``average="samples"`` or a non-finite total (the
+        kernel then writes nothing) is left to ``Window.close``, which finds
+        the culprits and raises or skips."""
+        win = self.win
+        if win.mode != "grad" or win.hook is not None or win.average == "samples":
+            return False
+        self._arm(lr, win.pos, tuple(p._live for p in self.group.params))
+        self.kernel(*self.args)
+        if self.ctl[bk.STATUS] == 0.0:
+            return False
+        self._applied()
+        return True
 
     def disarm(self) -> None:
         """The compiled step did not run: no boundary is pending."""
@@ -101,10 +122,14 @@ class FusedUpdate:
     def commit(self) -> None:
         """After a compiled step that began with CLOSE: close the window if the
         boundary kernel applied its update, else let ``opt.step()`` do it."""
-        win = self.win
         if self.ctl[bk.STATUS] == 0.0:     # non-finite: eager mode's path, from the start
             self.opt.step()
             return
+        self._applied()
+
+    def _applied(self) -> None:
+        """The window's bookkeeping after the boundary kernel applied its update."""
+        win = self.win
         self.rule.after_update(self.group)
         win.last_grad_norm = (float(self.ctl[bk.NORM]) if win.max_grad_norm is not None
                               or win.nonfinite != "ignore" else None)

@@ -53,6 +53,7 @@ class Optimizer:
         self._rule = rule
         self._lr = lr
         self._taken = False   # set when another optimizer adopts one of our params
+        self._boundary: Any = None   # the eager boundary kernel (FusedUpdate), False: none
         by_key: dict[tuple, list[Tensor]] = {}
         for p in plist:
             by_key.setdefault((p.device, p.dtype), []).append(p)
@@ -156,10 +157,25 @@ class Optimizer:
             lr = self._lr_for(win.t) if closing else 0.0
             win.warn_if_empty(plan, win.pos + 1 if closing else 0)
             win.record(plan, n)
-            return win.close(self._rule, lr) if closing else False
+            return self._close(lr) if closing else False
         except BaseException:
             win.release_if_idle()
             raise
+
+    def _close(self, lr: float) -> bool:
+        """Close the window: through the boundary kernel ``ng.compile`` runs
+        (``FusedUpdate``: a CPU group below the threading threshold), one call
+        where ``Window.close`` makes several and the same bits, or else
+        ``Window.close`` itself, which handles every case."""
+        boundary = self._boundary
+        if boundary is None:
+            from .fused import FusedUpdate     # it builds on this module
+            groups = self._window.groups
+            boundary = self._boundary = FusedUpdate.build(
+                self, [p for g in groups for p in g.params]) or False
+        if boundary and boundary.close_now(lr):
+            return True
+        return self._window.close(self._rule, lr)
 
     def flush(self) -> bool:
         """Apply the current window now, scaled by what it holds; False if it is empty.

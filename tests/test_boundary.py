@@ -1,0 +1,64 @@
+"""Eager ``opt.step()`` closes a window through the boundary kernel that
+``ng.compile`` runs (one call) where it applies; ``Window.close`` (Python,
+several kernels) is the reference: the same bits, window after window."""
+import numpy as np
+import pytest
+
+import numbagrad as ng
+
+RULES = {
+    "sgd": lambda ps, **kw: ng.optim.SGD(ps, lr=0.05, **kw),
+    "sgd-momentum-wd": lambda ps, **kw: ng.optim.SGD(ps, lr=0.05, momentum=0.9,
+                                                      weight_decay=0.01, **kw),
+    "adam": lambda ps, **kw: ng.optim.Adam(ps, lr=0.01, **kw),
+    "adamw": lambda ps, **kw: ng.optim.AdamW(ps, lr=0.01, weight_decay=0.1, **kw),
+}
+WINDOWS = {"plain": {}, "clipped": {"max_grad_norm": 0.3}, "sum": {"average": False},
+           "unchecked": {"nonfinite": "ignore"}, "k1": {"accumulate_steps": 1}}
+
+
+def train(rule: str, dtype, fused: bool, options: dict, windows: int = 6):
+    rng = np.random.default_rng(0)
+    W = ng.param(rng.normal(size=(3, 4)).astype(dtype))
+    b = ng.param(rng.normal(size=(3, 1)).astype(dtype))
+    unused = ng.param(rng.normal(size=(2,)).astype(dtype))    # never reached
+    kw = {"accumulate_steps": 3, **options}
+    opt = RULES[rule]([W, b, unused], **kw)
+    if not fused:
+        opt._boundary = False            # Window.close only
+    norms = []
+    for i in range(windows * kw["accumulate_steps"]):
+        x = rng.normal(size=(4, 5)).astype(dtype)
+        y = rng.normal(size=(3, 5)).astype(dtype)
+        with ng.grad_tape():
+            loss = ng.mse_loss(W @ ng.as_tensor(x) + b, ng.as_tensor(y))
+        loss.backward()
+        if opt.step():
+            norms.append(opt.last_grad_norm)
+    return [p.numpy() for p in (W, b, unused)], norms, opt
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+@pytest.mark.parametrize("rule", list(RULES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_eager_boundary_kernel_gives_window_closes_bits(rule, dtype, window):
+    got, got_norms, opt = train(rule, dtype, True, WINDOWS[window])
+    assert opt._boundary, "the boundary kernel should apply to a small CPU group"
+    want, want_norms, ref = train(rule, dtype, False, WINDOWS[window])
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
+    assert got_norms == want_norms and opt.t == ref.t == len(want_norms)
+
+
+def test_a_nonfinite_window_still_raises_and_names_the_param():
+    W = ng.param(np.ones((2, 2)))
+    opt = ng.optim.SGD([W], lr=0.1, accumulate_steps=2)
+    for value in (1.0, np.inf):
+        with ng.grad_tape():
+            loss = ng.sum(W * value)
+        loss.backward()
+        if value == 1.0:
+            assert not opt.step()
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        opt.step()
+    assert opt.t == 0 and (W.numpy() == 1.0).all()
