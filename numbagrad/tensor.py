@@ -359,9 +359,10 @@ def as_tensor(array: Any) -> Tensor:
     Like ``torch.from_numpy``: the tensor and the array share memory. A
     host ``numpy.ndarray`` gives a "cpu" tensor, a Numba CUDA device array
     or any ``__cuda_array_interface__`` object (CuPy, PyTorch, JAX) a "cuda"
-    one; ``ng.from_dlpack`` takes DLPack producers. Use ``ng.tensor`` to copy anything else. Wrapping a
-    param's ``.grad`` is safe: a backward that reads it while adding into
-    that param's gradient adds at the end, so the op reads the old values.
+    one; ``ng.from_dlpack`` takes DLPack producers. Use ``ng.tensor`` to
+    copy anything else. Wrapping a param's ``.grad`` is safe: a backward
+    that reads it while adding into that param's gradient adds at the end,
+    so the op reads the old values.
     """
     if isinstance(array, np.ndarray):
         kern = kernels.get("cpu")
