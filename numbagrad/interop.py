@@ -1,9 +1,10 @@
 """Zero-copy interop: DLPack and the CUDA Array Interface, both directions.
 
-In: ``ng.from_dlpack(x)`` wraps a PyTorch, CuPy, JAX or NumPy array without
-a copy (CPU producers through NumPy's ``np.from_dlpack``; CUDA producers
-through numba-cuda, by their ``__cuda_array_interface__`` or else their
-``__dlpack__``), and ``ng.as_tensor`` wraps any ``__cuda_array_interface__``
+In: ``ng.from_dlpack(x)`` wraps a PyTorch, CuPy, JAX or NumPy array
+without a copy, unless it is read-only (below): CPU producers through
+NumPy's ``np.from_dlpack``, CUDA producers through numba-cuda, by their
+``__cuda_array_interface__`` or else their ``__dlpack__``; and
+``ng.as_tensor`` wraps any ``__cuda_array_interface__``
 object as a "cuda" tensor. Out: a "cpu" tensor's ``__dlpack__`` hands out
 its NumPy array's capsule (``torch.from_dlpack(t)``, ``np.from_dlpack(t)``);
 a "cuda" tensor exposes its device array's ``__cuda_array_interface__``
@@ -39,9 +40,10 @@ _KDL_CPU, _KDL_CUDA = 1, 2      # DLPack's DLDeviceType codes
 def from_dlpack(obj: Any) -> Tensor:
     """A tensor sharing memory with ``obj``, a DLPack or CUDA Array Interface producer.
 
-    Like ``torch.from_dlpack``: PyTorch, CuPy, JAX and NumPy arrays, and
+    Like ``torch.from_dlpack``: PyTorch, CuPy and NumPy arrays, and
     numbagrad tensors, come in without a copy, on "cpu" or "cuda" as the
-    producer's memory is. Refused, with the reason: other dtypes than
+    producer's memory is (JAX arrays too where JAX does not mark them
+    read-only; on the CPU it does). Refused, with the reason: other dtypes than
     float32/float64, more than 2-D, non-contiguous or read-only producers
     (see the module docstring), a tensor that requires grad (as PyTorch's
     ``__dlpack__`` refuses one). A tensor wrapping a param's ``.grad`` is
@@ -88,6 +90,9 @@ def cuda_array(obj: Any, what: str) -> Any:
     from numba import cuda
     iface = getattr(obj, "__cuda_array_interface__", None)
     if iface is not None:
+        if iface.get("mask") is not None:
+            raise ValueError(f"{what}: {_name(obj)} is a masked array (its "
+                             "__cuda_array_interface__ has a mask); numbagrad has no masks")
         if iface["data"][1]:
             raise ValueError(f"{what}: {_name(obj)} is read-only (its "
                              "__cuda_array_interface__ says so); numbagrad's kernels need "

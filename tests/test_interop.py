@@ -170,6 +170,8 @@ def test_the_cuda_array_interface_path_refuses_what_a_tensor_cannot_share(cuda):
         ng.as_tensor(_Producer(strided))
     with pytest.raises(ValueError, match="from_dlpack: .*_Producer is read-only"):
         ng.from_dlpack(_Producer(dict(iface, data=(iface["data"][0], True))))
+    with pytest.raises(ValueError, match="masked"):
+        ng.as_tensor(_Producer(dict(iface, mask=_Producer(iface))))
     with pytest.raises(TypeError, match="int64"):
         ng.as_tensor(_Producer(dict(iface, typestr="<i8")))
     with pytest.raises(ValueError, match="2-D"):
