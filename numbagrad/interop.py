@@ -113,7 +113,8 @@ def cuda_array(obj: Any, what: str) -> Any:
                               f"dependency; install numbagrad[cuda]): {exc}") from None
     from numba import config
     # DLPack's code for the default stream numbagrad's kernels run on: 1 legacy, 2 per-thread.
-    view = StridedMemoryView(obj, stream_ptr=2 if config.CUDA_PER_THREAD_DEFAULT_STREAM else 1)
+    per_thread = getattr(config, "CUDA_PER_THREAD_DEFAULT_STREAM", 0)
+    view = StridedMemoryView(obj, stream_ptr=2 if per_thread else 1)
     if view.readonly:
         raise ValueError(f"{what}: {_name(obj)} is read-only (its DLPack capsule says so); "
                          "numbagrad's kernels need writable memory: copy it with ng.tensor")
