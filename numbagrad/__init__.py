@@ -11,6 +11,7 @@
 from . import _cache  # noqa: F401 (first: settles where Numba caches, before any @njit)
 from . import cuda, nn, optim
 from .compile import compile
+from .interop import from_dlpack
 from .kernels import cuda_available
 from .ops import (add, binary_cross_entropy_with_logits, cross_entropy, div, exp, leaky_relu,
                   linear, log, log_softmax, matmul, mean, mse_loss, mul, neg, pow, relu,
@@ -22,7 +23,7 @@ from .testing import gradcheck
 
 __version__ = "0.2.0"
 
-__all__ = ["Tensor", "tensor", "param", "as_tensor", "grad_tape", "backward",
+__all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "backward",
            "add", "sub", "mul", "div", "neg", "pow", "relu", "leaky_relu", "tanh", "sigmoid",
            "exp", "log", "sqrt", "sum", "mean", "softmax", "log_softmax", "reshape",
            "transpose", "matmul", "linear", "mse_loss", "cross_entropy",

@@ -110,6 +110,39 @@ class Tensor:
             host = host.astype(dtype, copy=False)
         return np.array(host, copy=True) if copy else host
 
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A DLPack capsule sharing this "cpu" tensor's memory (the DLPack
+        Python spec's signature, as NumPy 2.x takes it); see ``ng.interop``."""
+        interop.check_exportable(self, "__dlpack__")
+        if self._kern.name == "cpu":
+            return self.data.__dlpack__(stream=stream, max_version=max_version,
+                                        dl_device=dl_device, copy=copy)
+        export = getattr(type(self.data), "__dlpack__", None)   # a numba-cuda that has one
+        if export is None:
+            raise BufferError("__dlpack__: numba-cuda's device arrays have no DLPack "
+                              "producer; a cuda tensor shares its memory through "
+                              "__cuda_array_interface__ (torch.as_tensor(t, device='cuda'), "
+                              "cupy.asarray(t))")
+        return export(self.data, stream=stream, max_version=max_version,
+                      dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple:
+        """(DLPack device type, device id): (1, 0) on "cpu", (2, id) on "cuda"."""
+        if self._kern.name == "cpu":
+            return (1, 0)
+        from numba import cuda
+        return (2, getattr(cuda.get_current_device(), "id", 0))   # the simulator's: none
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """A "cuda" tensor's device array's interface (zero-copy export)."""
+        if self._kern.name != "cuda":
+            raise AttributeError(f"a {self.device} tensor has no __cuda_array_interface__; "
+                                 "use __dlpack__ or numpy()")
+        interop.check_exportable(self, "__cuda_array_interface__")
+        return interop.cuda_array_interface(self.data)
+
     def __len__(self) -> int:
         if not self._data.shape:
             raise TypeError("len() of a 0-d tensor")
@@ -325,16 +358,22 @@ def as_tensor(array: Any) -> Tensor:
 
     Like ``torch.from_numpy``: the tensor and the array share memory. A
     host ``numpy.ndarray`` gives a "cpu" tensor, a Numba CUDA device array
-    a "cuda" one. Use ``ng.tensor`` to copy anything else. Wrapping a
-    param's ``.grad`` is safe: a backward that reads it while adding into
-    that param's gradient adds at the end, so the op reads the old values.
+    or any ``__cuda_array_interface__`` object (CuPy, PyTorch, JAX) a "cuda"
+    one; ``ng.from_dlpack`` takes DLPack producers. Use ``ng.tensor`` to
+    copy anything else. Wrapping a param's ``.grad`` is safe: a backward
+    that reads it while adding into that param's gradient adds at the end,
+    so the op reads the old values.
     """
     if isinstance(array, np.ndarray):
         kern = kernels.get("cpu")
     elif type(array).__module__.startswith("numba.cuda"):
         kern = kernels.get("cuda")
+    elif not isinstance(array, Tensor) and hasattr(array, "__cuda_array_interface__"):
+        kern = kernels.get("cuda")
+        array = interop.cuda_array(array, "as_tensor")
     else:
-        raise TypeError(f"as_tensor wraps a numpy or Numba CUDA array, got "
+        raise TypeError(f"as_tensor wraps a numpy array, a Numba CUDA array or a "
+                        f"__cuda_array_interface__ object, got "
                         f"{type(array).__name__}; use ng.tensor to copy other data")
     if array.dtype not in _FLOATS:
         raise TypeError(f"as_tensor needs float32 or float64 data, got {array.dtype}; "
@@ -382,4 +421,4 @@ _UFUNC_HINTS = {"maximum": "ng.relu (max with 0)", "power": "x ** p",
                 "square": "x * x or x ** 2", "absolute": "ng.sqrt(x * x)"}
 
 # ops and tape build on Tensor, so they are imported once it exists.
-from . import ops, tape  # noqa: E402
+from . import interop, ops, tape  # noqa: E402
