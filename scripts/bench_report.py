@@ -127,6 +127,11 @@ def legend(args, peers: list[str]) -> list[tuple[str, str]]:
                         f"applies the update")),
         ("best/med µs", (f"µs per micro-step: the best and the median of {args.repeats} rounds;"
                          f" a row's peers run interleaved so load bursts hit them all")),
+        ("processes", ("each peer group (numbagrad, NumPy + floor, PyTorch, PyTorch compiled, "
+                       "JAX) runs in a process of its own with its library's defaults, one "
+                       "process timing at a time" if not args.in_process else
+                       "--in-process: every peer in one process (the libraries then change "
+                       "each other's threads and speed)")),
     ]
     items += [(n, DESCRIPTION[n]) for n in peers]
     items += [
