@@ -1,4 +1,4 @@
-"""Element math that reads arrays, shared by both devices: plain Python, compiled per device.
+"""Loop bodies shared by both devices: plain Python, compiled per device.
 
 What one CUDA thread computes is what one iteration of a CPU loop computes,
 so it is written once here and compiled by ``kernels/cpu`` with ``njit`` and
