@@ -4,6 +4,8 @@
 ``cuda.jit(device=True)``, so an op's formula and its derivative are written
 once. ``code`` picks the op (the constants below, frozen into the compiled
 kernels), ``p`` is its scalar parameter (a slope, an exponent, a constant).
+The bodies of the loops built on them (a broadcast gradient's sum, a softmax
+lane, an Adam element) are shared the same way, in ``elements``.
 
 Gradients that do not depend on ``x`` are constants, never forms like
 ``x * 0 + 1``: those are nan at x = +-inf and nan, where PyTorch's gradient

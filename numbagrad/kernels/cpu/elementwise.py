@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .. import scalar
+from .. import elements, scalar
 from ._threads import SPAN, _cast_like
 
 _unary = njit(scalar.unary)
@@ -26,6 +26,8 @@ _unary_grad = njit(scalar.unary_grad)
 _binary = njit(scalar.binary)
 _binary_grad_a = njit(scalar.binary_grad_a)
 _binary_grad_b = njit(scalar.binary_grad_b)
+_reduced_grad = njit(error_model="numpy", inline="always")(
+    elements.reduced_grad(_binary_grad_a, _binary_grad_b))
 
 
 @njit(cache=True, error_model="numpy")
@@ -299,26 +301,6 @@ def binary_mt(code, a, b, out):
     for t in prange(nr * nc):
         r0, c0 = (t // nc) * rb, (t % nc) * cb
         _binary_block(code, a, b, out, r0, min(r0 + rb, rows), c0, min(c0 + cb, cols))
-
-
-@njit(error_model="numpy", inline="always")
-def _reduced_grad(code, which, a, b, gout, i, j):
-    # Sum of gout * d(out)/d(operand) over the output elements that read
-    # the operand's element (i, j).
-    src = a if which == 0 else b
-    rows, cols = gout.shape
-    r0, r1 = (0, rows) if src.shape[0] == 1 else (i, i + 1)
-    c0, c1 = (0, cols) if src.shape[1] == 1 else (j, j + 1)
-    ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
-    bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
-    total = 0.0   # (not gout[0, 0] * 0: nan for an infinite or absent gout[0, 0])
-    for r in range(r0, r1):
-        for c in range(c0, c1):
-            av = a[0 if ba0 else r, 0 if ba1 else c]
-            bv = b[0 if bb0 else r, 0 if bb1 else c]
-            d = _binary_grad_a(code, av, bv) if which == 0 else _binary_grad_b(code, av, bv)
-            total += gout[r, c] * d
-    return total
 
 
 @njit(error_model="numpy", inline="always")

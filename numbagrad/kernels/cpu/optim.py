@@ -26,6 +26,7 @@ from numba import njit, prange
 # The package, partly initialised while it imports this module: _threaded
 # reads its MT_MIN at call time, the threshold the op layer reads too.
 from .. import cpu as _package
+from .. import elements
 # CHUNK: elements per parallel task; also the unit of sumsq's fixed order.
 # (boundary.py imports _cast_like from here.)
 from ._threads import CHUNK, _cast_like
@@ -145,16 +146,15 @@ def sgd_update(w, g, v, seg, live, lr, momentum, scale, weight_decay=0.0) -> Non
 
 
 # ---------------------------------------------------------------- Adam
+_adam_element = njit(error_model="numpy", inline="always")(elements.adam_element)
+
+
 @njit(cache=True, error_model="numpy")
 def _adam_span(ws, gs, ms, vs, step_size, bc2_sqrt, one_m_b1, beta2, one_m_b2, eps, scale,
                decay):
     for i in range(ws.size):
-        gi = scale * gs[i]
-        mi = ms[i] + one_m_b1 * (gi - ms[i])
-        vi = vs[i] * beta2 + one_m_b2 * gi * gi
-        ms[i] = mi
-        vs[i] = vi
-        ws[i] = ws[i] * decay - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps))
+        ws[i], ms[i], vs[i] = _adam_element(ws[i], gs[i], ms[i], vs[i], step_size, bc2_sqrt,
+                                            one_m_b1, beta2, one_m_b2, eps, scale, decay)
         gs[i] = 0.0
 
 

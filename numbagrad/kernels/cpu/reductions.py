@@ -10,6 +10,7 @@ import math
 
 from numba import njit, prange
 
+from .. import elements
 from ._threads import SPAN, _cast_like
 
 
@@ -63,22 +64,14 @@ def softmax_mt(x, out, axis, log):
         _softmax_lanes(x, out, axis, log, t * per, min(t * per + per, lanes))
 
 
+_softmax_backward_lane = njit(error_model="numpy", inline="always")(
+    elements.softmax_backward_lane)
+
+
 @njit(cache=True, error_model="numpy")
 def _softmax_backward_lanes(y, gout, dest, beta, axis, log, l0, l1):
-    length = y.shape[axis]
     for lane in range(l0, l1):
-        acc = 0.0
-        for k in range(length):
-            g = gout[k, lane] if axis == 0 else gout[lane, k]
-            acc += g if log else g * (y[k, lane] if axis == 0 else y[lane, k])
-        for k in range(length):
-            g = gout[k, lane] if axis == 0 else gout[lane, k]
-            yv = y[k, lane] if axis == 0 else y[lane, k]
-            d = g - math.exp(yv) * acc if log else yv * (g - acc)
-            if axis == 0:
-                dest[k, lane] = d if beta == 0 else d + beta * dest[k, lane]
-            else:
-                dest[lane, k] = d if beta == 0 else d + beta * dest[lane, k]
+        _softmax_backward_lane(y, gout, dest, beta, axis, log, lane)
 
 
 @njit(cache=True, error_model="numpy")

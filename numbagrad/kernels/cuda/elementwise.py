@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from numba import cuda, float64, int32, int64, types
 
-from .. import scalar
+from .. import elements, scalar
 from ._core import THREADS, Config, array_type, block_total, flat, grid, kernel, launch, sums
 
 _unary = cuda.jit(device=True)(scalar.unary)
@@ -16,6 +16,7 @@ _unary_grad = cuda.jit(device=True)(scalar.unary_grad)
 _binary = cuda.jit(device=True)(scalar.binary)
 _binary_grad_a = cuda.jit(device=True)(scalar.binary_grad_a)
 _binary_grad_b = cuda.jit(device=True)(scalar.binary_grad_b)
+_reduced_grad = cuda.jit(device=True)(elements.reduced_grad(_binary_grad_a, _binary_grad_b))
 
 
 def _a2(dt):
@@ -109,24 +110,6 @@ def _binary_source(config: Config, dtype):
             k += stride
 
     return binary_kernel
-
-
-@cuda.jit(device=True)
-def _reduced_grad(code, which, a, b, gout, i, j):
-    src = a if which == 0 else b
-    rows, cols = gout.shape
-    r0, r1 = (0, rows) if src.shape[0] == 1 else (i, i + 1)
-    c0, c1 = (0, cols) if src.shape[1] == 1 else (j, j + 1)
-    ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
-    bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
-    total = 0.0   # (not gout[0, 0] * 0: nan for an infinite or absent gout[0, 0])
-    for r in range(r0, r1):
-        for c in range(c0, c1):
-            av = a[0 if ba0 else r, 0 if ba1 else c]
-            bv = b[0 if bb0 else r, 0 if bb1 else c]
-            d = _binary_grad_a(code, av, bv) if which == 0 else _binary_grad_b(code, av, bv)
-            total += gout[r, c] * d
-    return total
 
 
 @kernel("binary_backward", lambda dt: (int64, _a2(dt), _a2(dt), _a2(dt), _a2(dt), float64,

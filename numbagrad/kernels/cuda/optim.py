@@ -13,7 +13,10 @@ import math
 import numpy as np
 from numba import cuda, float64, int32, int64, uint8
 
+from .. import elements
 from ._core import THREADS, Config, array_type, block_total, grid, kernel, launch, sums
+
+_adam_element = cuda.jit(device=True)(elements.adam_element)
 
 
 # The optimizer kernels walk the params (segments) in order, each with its
@@ -66,12 +69,8 @@ def _adam_source(config: Config, dtype):
             bc2_sqrt = dtype(math.sqrt(1.0 - beta2 ** t))
             i = seg[s] + start
             while i < seg[s + 1]:
-                gi = scale * g[i]
-                mi = m[i] + one_m_b1 * (gi - m[i])
-                vi = v[i] * beta2_t + one_m_b2 * gi * gi
-                m[i] = mi
-                v[i] = vi
-                w[i] = w[i] * decay - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps))
+                w[i], m[i], v[i] = _adam_element(w[i], g[i], m[i], v[i], step_size, bc2_sqrt,
+                                                 one_m_b1, beta2_t, one_m_b2, eps, scale, decay)
                 g[i] = 0
                 i += stride
 

@@ -5,7 +5,10 @@ import math
 
 from numba import cuda, float64, int64, types
 
+from .. import elements
 from ._core import THREADS, Config, array_type, grid, kernel, launch
+
+_softmax_backward_lane = cuda.jit(device=True)(elements.softmax_backward_lane)
 
 
 @kernel("softmax", lambda dt: (array_type(dt, 2, "A"), array_type(dt, 2, "A"), int64,
@@ -41,22 +44,10 @@ def _softmax_source(config: Config, dtype):
 def _softmax_backward_source(config: Config, dtype):
     def softmax_backward_kernel(y, gout, dest, beta, axis, log):
         lanes = y.shape[1] if axis == 0 else y.shape[0]
-        length = y.shape[axis]
         lane = cuda.grid(1)
         stride = cuda.gridsize(1)
         while lane < lanes:
-            acc = 0.0
-            for k in range(length):
-                g = gout[k, lane] if axis == 0 else gout[lane, k]
-                acc += g if log else g * (y[k, lane] if axis == 0 else y[lane, k])
-            for k in range(length):
-                g = gout[k, lane] if axis == 0 else gout[lane, k]
-                yv = y[k, lane] if axis == 0 else y[lane, k]
-                d = g - math.exp(yv) * acc if log else yv * (g - acc)
-                if axis == 0:
-                    dest[k, lane] = d if beta == 0.0 else d + beta * dest[k, lane]
-                else:
-                    dest[lane, k] = d if beta == 0.0 else d + beta * dest[lane, k]
+            _softmax_backward_lane(y, gout, dest, beta, axis, log, lane)
             lane += stride
 
     return softmax_backward_kernel

@@ -1,0 +1,70 @@
+"""Loop bodies shared by both devices: plain Python, compiled per device.
+
+What one CUDA thread computes is what one iteration of a CPU loop computes,
+so it is written once here and compiled by ``kernels/cpu`` with ``njit`` and
+by ``kernels/cuda`` with ``cuda.jit(device=True)`` (as ``scalar``'s formulas
+are). The devices only differ in how they walk the elements: blocks of
+them on the CPU, a grid-stride loop on CUDA. Each caller passes operands in
+the dtype it computes in, so float32 stays float32 and the sums below, which
+start from a float64 0.0, stay float64.
+
+Numba's disk cache does not see changes here: delete
+``numbagrad/kernels/cpu/__pycache__`` after editing this file.
+"""
+import math
+
+
+def reduced_grad(grad_a, grad_b):
+    """The element function ``(code, which, a, b, gout, i, j) -> float64``: the sum
+    of gout * d(out)/d(operand) over the output elements that read element
+    (i, j) of operand ``which`` (0: ``a``, 1: ``b``), both broadcast to
+    ``gout``'s shape. ``grad_a``/``grad_b`` are ``scalar.binary_grad_a``/``_b``
+    as compiled for the device."""
+    def reduced_grad(code, which, a, b, gout, i, j):
+        src = a if which == 0 else b
+        rows, cols = gout.shape
+        r0, r1 = (0, rows) if src.shape[0] == 1 else (i, i + 1)
+        c0, c1 = (0, cols) if src.shape[1] == 1 else (j, j + 1)
+        ba0, ba1 = a.shape[0] == 1, a.shape[1] == 1
+        bb0, bb1 = b.shape[0] == 1, b.shape[1] == 1
+        total = 0.0   # (not gout[0, 0] * 0: nan for an infinite or absent gout[0, 0])
+        for r in range(r0, r1):
+            for c in range(c0, c1):
+                av = a[0 if ba0 else r, 0 if ba1 else c]
+                bv = b[0 if bb0 else r, 0 if bb1 else c]
+                d = grad_a(code, av, bv) if which == 0 else grad_b(code, av, bv)
+                total += gout[r, c] * d
+        return total
+    return reduced_grad
+
+
+def softmax_backward_lane(y, gout, dest, beta, axis, log, lane):
+    """dest = J^T gout + beta * dest along one lane (slice ``lane`` along ``axis``)
+    of y = softmax(x): y * (g - sum(g * y)); for log_softmax g - exp(y) * sum(g).
+    The sum is float64; beta == 0 never reads ``dest``."""
+    length = y.shape[axis]
+    acc = 0.0
+    for k in range(length):
+        g = gout[k, lane] if axis == 0 else gout[lane, k]
+        acc += g if log else g * (y[k, lane] if axis == 0 else y[lane, k])
+    for k in range(length):
+        g = gout[k, lane] if axis == 0 else gout[lane, k]
+        yv = y[k, lane] if axis == 0 else y[lane, k]
+        d = g - math.exp(yv) * acc if log else yv * (g - acc)
+        if axis == 0:
+            dest[k, lane] = d if beta == 0 else d + beta * dest[k, lane]
+        else:
+            dest[lane, k] = d if beta == 0 else d + beta * dest[lane, k]
+
+
+def adam_element(w, g, m, v, step_size, bc2_sqrt, one_m_b1, beta2, one_m_b2, eps, scale,
+                 decay):
+    """One element of Adam/AdamW (``torch.optim.AdamW``'s arithmetic): the new
+    (w, m, v) for weight ``w``, window gradient ``g`` (times ``scale``) and
+    moments ``m``, ``v``. ``decay`` is 1 - lr * weight_decay (decoupled), and
+    ``step_size``, ``bc2_sqrt`` the param's bias corrections, all in the
+    buffers' dtype."""
+    gi = scale * g
+    mi = m + one_m_b1 * (gi - m)
+    vi = v * beta2 + one_m_b2 * gi * gi
+    return w * decay - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps)), mi, vi
