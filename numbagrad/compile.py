@@ -1282,32 +1282,37 @@ class CompiledStep:
         win = self._window   # the optimizer's window is one thread's (optim/window.py)
         if win is not None and win.thread != threading.get_ident():
             win.claim("a compiled step (ng.compile)")
-        entry = self._last
-        if entry is not None:
-            out = entry.run(args)
-            if type(out) is Tensor:
-                return out
-        else:
-            out = _MISS
-        if out is _MISS:
-            key = _key(args)
-            entry = self._entries.get(key)
-            if entry is None:
-                return self._record(args, key, None)
-            self._last = entry
-            self._entries.move_to_end(key)
-            out = entry.run(args)
-            if type(out) is Tensor:
-                return out
-            if out is _MISS:    # the key matched but the runner's guard did not: be safe
+        try:   # one frame, no helper call: this is the compiled step's hot path
+            entry = self._last
+            if entry is not None:
+                out = entry.run(args)
+                if type(out) is Tensor:
+                    return out
+            else:
+                out = _MISS
+            if out is _MISS:
+                key = _key(args)
+                entry = self._entries.get(key)
+                if entry is None:
+                    return self._record(args, key, None)
+                self._last = entry
+                self._entries.move_to_end(key)
+                out = entry.run(args)
+                if type(out) is Tensor:
+                    return out
+                if out is _MISS:    # the key matched but the runner's guard did not: be safe
+                    return self._eager(args)
+            if out is _STALE:
+                return self._record(args, entry.key, None)
+            if out is _VERIFY:
+                return self._record(args, entry.key, entry)
+            if out is _EAGER:
                 return self._eager(args)
-        if out is _STALE:
-            return self._record(args, entry.key, None)
-        if out is _VERIFY:
-            return self._record(args, entry.key, entry)
-        if out is _EAGER:
-            return self._eager(args)
-        raise RuntimeError(f"ng.compile: internal error, unexpected runner answer {out!r}")
+            raise RuntimeError(f"ng.compile: internal error, unexpected runner answer {out!r}")
+        except BaseException:
+            if win is not None:
+                win.release_if_idle()    # a step that raised before counting holds nothing
+            raise
 
     # ------------------------------------------------------------ internals
     def _eager(self, args: tuple) -> Tensor:

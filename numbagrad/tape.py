@@ -2,9 +2,9 @@
 
 Recording is a per-thread depth: inside ``with ng.grad_tape():`` an op whose
 inputs need a gradient attaches a ``Node`` to its output; other threads are
-not affected. The reverse pass walks
-those nodes from the loss and asks each op's backward (in ``ops.py``, beside
-its forward) to write input gradients where ``_Backward.dest`` says.
+not affected. The reverse pass walks those nodes from the loss and asks each
+op's backward (in ``ops/``, beside its forward) to write input gradients
+where ``_Backward.dest`` says.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from . import buffers
-from .tensor import Tensor, _wrappers
+from .tensor import Tensor, _seen, _wrappers
 
 
 class _State(threading.local):
@@ -25,11 +25,6 @@ class _State(threading.local):
 
 
 _state = _State()
-
-
-def recording() -> bool:
-    """Whether ops in this thread are being recorded."""
-    return _state.depth > 0
 
 
 class grad_tape:
@@ -196,7 +191,7 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
             raise RuntimeError("backward was already run through this recorded graph; "
                                "record the forward again inside ng.grad_tape() "
                                "(running it twice would count its gradients twice)")
-    ctx = _Backward(collect, _aliased_params(order) if _wrappers else None)
+    ctx = _Backward(collect, _aliased_params(order) if _seen.wrapped else None)
     pending = ctx.pending
     for node in order:
         node.backward(ctx, node, pending.pop(node, None))

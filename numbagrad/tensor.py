@@ -7,6 +7,7 @@ that every backward pass adds into until it is cleared.
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from types import ModuleType
 from typing import Any
@@ -25,6 +26,16 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # ``tape.run_backward``), so the wrapper is read as it was.
 _handed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _wrappers: weakref.WeakSet = weakref.WeakSet()
+
+
+class _Seen:
+    """Whether ``_handed``/``_wrappers`` ever held anything: plain flags, so
+    the hot paths test a bool, not a weak container's (Python-level) length."""
+    handed = False
+    wrapped = False
+
+
+_seen = _Seen()
 
 
 class Tensor:
@@ -115,17 +126,18 @@ class Tensor:
         """A DLPack capsule sharing this "cpu" tensor's memory (the DLPack
         Python spec's signature, as NumPy 2.x takes it); see ``ng.interop``."""
         interop.check_exportable(self, "__dlpack__")
+        # only the keywords given: NumPy before 2.1 takes ``stream`` alone
+        given = {k: v for k, v in (("stream", stream), ("max_version", max_version),
+                                   ("dl_device", dl_device), ("copy", copy)) if v is not None}
         if self._kern.name == "cpu":
-            return self.data.__dlpack__(stream=stream, max_version=max_version,
-                                        dl_device=dl_device, copy=copy)
+            return self.data.__dlpack__(**given)
         export = getattr(type(self.data), "__dlpack__", None)   # a numba-cuda that has one
         if export is None:
             raise BufferError("__dlpack__: numba-cuda's device arrays have no DLPack "
                               "producer; a cuda tensor shares its memory through "
                               "__cuda_array_interface__ (torch.as_tensor(t, device='cuda'), "
                               "cupy.asarray(t))")
-        return export(self.data, stream=stream, max_version=max_version,
-                      dl_device=dl_device, copy=copy)
+        return export(self.data, **given)
 
     def __dlpack_device__(self) -> tuple:
         """(DLPack device type, device id): (1, 0) on "cpu", (2, id) on "cuda"."""
@@ -275,6 +287,7 @@ class Tensor:
             return None
         acc = self._acc
         if _handed.get(id(acc)) is not self:
+            _seen.handed = True
             _handed[id(acc)] = self
             base = getattr(acc, "base", None)
             if base is not None:
@@ -286,9 +299,12 @@ class Tensor:
         if not self.is_param:
             raise AttributeError("only a param (ng.param) has a settable .grad")
         if value is None:
+            self._claim_window()
             if self._live:
                 self._kern.fill(self._acc, 0.0)
                 self._live = False
+            if self._owner is not None:
+                self._owner._window.release_if_idle()
             return
         if isinstance(value, Tensor):
             value = value.data
@@ -300,10 +316,18 @@ class Tensor:
             raise ValueError(
                 f"grad of shape {value.shape} and dtype {value.dtype} does not match "
                 f"param of shape {self.shape} and dtype {self.dtype}")
+        self._claim_window()
         acc = self._accumulator()
         if value is not acc:
             self._kern.axpby(1.0, value, 0.0, acc)
         self._live = True
+
+    def _claim_window(self) -> None:
+        """Take this param's optimizer window for the calling thread, or raise
+        (an optimizer's window is one thread's: optim/window.py)."""
+        owner = self._owner
+        if owner is not None and owner._window.thread != threading.get_ident():
+            owner._window.claim(".grad = ...")
 
     def _accumulator(self) -> Any:
         """This param's gradient buffer, created zeroed on first use."""
@@ -388,7 +412,9 @@ def as_tensor(array: Any) -> Tensor:
 def _wrap(array: Any, kern: ModuleType) -> Tensor:
     """A tensor sharing ``array``, noted when it may be a param's accumulator."""
     t = Tensor(array, kern)
-    if _handed and (id(array) in _handed or id(getattr(array, "base", None)) in _handed):
+    if _seen.handed and (id(array) in _handed
+                         or id(getattr(array, "base", None)) in _handed):
+        _seen.wrapped = True
         _wrappers.add(t)
     return t
 

@@ -11,8 +11,8 @@ call in K applies the update). The cases:
 
 Peers, all from the same weights and data, doing the same update:
 numbagrad, ``numbagrad compiled`` (``ng.compile``), a hand-written NumPy
-loop with preallocated buffers, PyTorch eager (on one thread and on its
-default count, the faster kept), PyTorch with ``torch.compile``, JAX
+loop with preallocated buffers, PyTorch eager (on 1 and 2 threads and its
+default count, the fastest kept), PyTorch with ``torch.compile``, JAX
 (``jax.jit`` + ``optax.MultiSteps``) when importable, and the GEMM floor: the
 matrix products no micro-step can avoid, timed alone through SciPy's BLAS,
 the library numbagrad's kernels call.

@@ -631,15 +631,16 @@ class Server:
         return torch.cuda.synchronize
 
     def prepare(self, name: str, min_time: float, repeats: int) -> dict:
-        """Warm up and calibrate ``name``; PyTorch on 1 thread and on its
-        default count, keeping the faster (and reporting it)."""
+        """Warm up and calibrate ``name``; PyTorch on 1 and 2 threads and on its
+        default count (at most that), keeping the fastest (and reporting it)."""
         fn = self.fns[name]
         torch = getattr(fn, "torch", None)
         if torch is None:
             self.calls[name], first = calibrate(fn, min_time, repeats, self.sync)
             return {"calls": self.calls[name], "first": first}
         tried = {}
-        for n in sorted({1, torch.get_num_threads()}, reverse=True):
+        default = torch.get_num_threads()
+        for n in sorted({1, min(2, default), default}, reverse=True):
             torch.set_num_threads(n)
             calls, first = calibrate(fn, min_time, repeats, self.sync)
             tried[n] = (run_calls(fn, calls, self.sync), calls, first)

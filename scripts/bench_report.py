@@ -22,7 +22,8 @@ DESCRIPTION = {
     "numbagrad compiled": "step = ng.compile(loss_fn, optimizer=opt); step(x, y)",
     "numpy": "the same math written by hand in NumPy, preallocated buffers",
     "torch": ("PyTorch eager, (loss / K).backward(), opt.step() + zero_grad() every K; "
-              "on 1 thread and on its default count, the faster kept (the row says which)"),
+              "on 1 and 2 threads and its default count, the fastest kept (the row says "
+              "which)"),
     "torch compiled": ("the same with the loss function through torch.compile (inductor), "
                        "compiled before timing"),
     "jax": "jax.jit(value_and_grad + optax.MultiSteps update), donated buffers",

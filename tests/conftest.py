@@ -87,3 +87,45 @@ def mse_loss_of(dev: Dev, W, x, y, reduction="mean"):
     """Record mse_loss(W @ x, y) on a tape and return the loss."""
     with ng.grad_tape():
         return ng.mse_loss(ng.matmul(W, dev.tensor(x)), dev.tensor(y), reduction=reduction)
+
+
+def assert_grads_like_torch(name: str, params: list, torch_inputs: list, grads, *,
+                            rtol: float, atol: float, finite_only: bool = False) -> None:
+    """Each param's gradient in ``grads`` (what ``ng.backward`` returned) equals
+    the matching torch input's ``.grad``; an input torch gives no gradient
+    must get none. ``finite_only``: compare only where torch's is finite."""
+    for i, (p, t) in enumerate(zip(params, torch_inputs)):
+        if t.grad is None:
+            assert p.id not in grads, f"{name}: input {i} should get no gradient"
+            continue
+        want = t.grad.numpy()
+        got = Dev.host(grads[p.id]).reshape(want.shape)
+        where = np.isfinite(want) if finite_only else np.ones(want.shape, bool)
+        np.testing.assert_allclose(got[where], want[where], rtol=rtol, atol=atol,
+                                   err_msg=f"{name}: gradient of input {i}")
+
+
+def run_threads(work, n: int) -> list:
+    """``work(i)`` in n threads ("trainer-0", ...) switching as often as the
+    interpreter allows; the (i, exception) pairs they raised."""
+    import threading
+    errors = []
+
+    def run(i):
+        try:
+            work(i)
+        except BaseException as exc:   # reported by the test
+            errors.append((i, exc))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)        # interleave the threads as often as possible
+    try:
+        threads = [threading.Thread(target=run, args=(i,), name=f"trainer-{i}")
+                   for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    return errors

@@ -25,12 +25,15 @@ def torch_grad(g0):
     return g0 + w.grad.numpy()
 
 
+@pytest.mark.parametrize("owned", [False, True], ids=["free", "in-optimizer"])
 @pytest.mark.parametrize("spelling", ["grad", "mapping"])
 @pytest.mark.parametrize("how", ["as_tensor", "view", "raw"])
-def test_an_input_wrapping_the_accumulator_reads_its_old_values(dev, spelling, how):
+def test_an_input_wrapping_the_accumulator_reads_its_old_values(dev, spelling, how, owned):
     if how == "view" and dev.name == "cuda":
         pytest.skip("a device array's view does not name its parent")
     W = dev.param(W0)
+    if owned:   # W.grad is then a view of the optimizer's flat gradient buffer
+        ng.optim.SGD([W, dev.param(np.zeros(2))], lr=0.1, accumulate_steps=8)
     with ng.grad_tape():
         loss = ng.sum(W * W)
     loss.backward()

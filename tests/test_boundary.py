@@ -62,3 +62,15 @@ def test_a_nonfinite_window_still_raises_and_names_the_param():
     with pytest.raises(FloatingPointError, match="non-finite"):
         opt.step()
     assert opt.t == 0 and (W.numpy() == 1.0).all()
+
+
+def test_a_skipped_window_warns_at_the_callers_line_and_counts():
+    W = ng.param(np.ones((2, 2)))
+    opt = ng.optim.SGD([W], lr=0.1, accumulate_steps=1, nonfinite="skip")
+    with ng.grad_tape():
+        loss = ng.sum(W * np.inf)
+    loss.backward()
+    with pytest.warns(RuntimeWarning, match="nonfinite='skip'") as caught:
+        assert not opt.step()
+    assert caught[0].filename == __file__
+    assert (opt.t, opt.skipped) == (0, 1) and (W.numpy() == 1.0).all()

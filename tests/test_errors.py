@@ -34,7 +34,8 @@ def test_as_tensor_refuses_what_it_cannot_share():
         ng.as_tensor(np.arange(3))
     with pytest.raises(ValueError, match="C-contiguous"):
         ng.as_tensor(np.ones((3, 4))[:, ::2])
-    with pytest.raises(TypeError, match="numpy or Numba CUDA array, got list"):
+    with pytest.raises(TypeError, match="a numpy array, a Numba CUDA array or a "
+                       r"__cuda_array_interface__ object, got list"):
         ng.as_tensor([1.0, 2.0])
 
 

@@ -4,13 +4,13 @@ Another thread's backward into the optimizer's params, step, flush,
 zero_grad, state_dict or load_state_dict while a window is open raises a
 RuntimeError naming the optimizer and both threads, and changes nothing.
 """
-import sys
 import threading
 
 import numpy as np
 import pytest
 
 import numbagrad as ng
+from conftest import run_threads
 
 X = np.linspace(-1.0, 1.0, 12).reshape(3, 4)
 Y = np.zeros((2, 4))
@@ -43,26 +43,9 @@ def serial(micro_steps, linear=False):
     return W.numpy(), b.numpy(), opt.t
 
 
-def run_threads(target, n=2):
-    errors = []
-
-    def work():
-        try:
-            target()
-        except BaseException as exc:   # reported by the test
-            errors.append(exc)
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)        # interleave the threads as often as possible
-    try:
-        threads = [threading.Thread(target=work, name=f"trainer-{i}") for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    return errors
+def run_threads_on(target, n=2):
+    """``target()`` in n threads; the exceptions they raised."""
+    return [exc for _, exc in run_threads(lambda i: target(), n)]
 
 
 def test_two_threads_on_one_optimizer_keep_every_micro_step_whole():
@@ -82,7 +65,7 @@ def test_two_threads_on_one_optimizer_keep_every_micro_step_whole():
                 except RuntimeError as exc:
                     refused.append(str(exc))
 
-    errors = run_threads(trainer)
+    errors = run_threads_on(trainer)
     assert not errors, errors
     assert (opt.t, opt.pending_steps) == (1000, 0)
     want_W, want_b, _ = serial(2000, linear=True)
@@ -104,7 +87,7 @@ def test_a_thread_that_stops_at_the_refusal_leaves_whole_windows():
             micro_step(W, b, opt, linear=True)
             done.append(1)
 
-    errors = run_threads(trainer)
+    errors = run_threads_on(trainer)
     assert all(isinstance(e, RuntimeError) and "SGD over W, b" in str(e) for e in errors), errors
     assert len(done) == 2 * opt.t + opt.pending_steps
     want_W, want_b, t = serial(len(done), linear=True)
@@ -136,6 +119,7 @@ def test_every_entry_point_is_refused_while_another_thread_holds_the_window():
             "zero_grad()": opt.zero_grad,
             "state_dict()": opt.state_dict,
             "load_state_dict()": lambda: opt.load_state_dict(other_state),
+            ".grad = ...": lambda: setattr(W, "grad", None),
         }
         for what, call in calls.items():
             with pytest.raises(RuntimeError) as info:
@@ -209,3 +193,44 @@ def test_a_compiled_step_is_refused_too():
         checked.set()
         t.join()
     assert opt.t == 2
+
+
+def test_a_refused_load_state_dict_keeps_the_callers_window():
+    W, b, opt = model()
+    micro_step(W, b, opt)                      # this thread holds the window
+    with pytest.raises(ValueError, match="malformed optimizer state dict"):
+        opt.load_state_dict({"type": "Adam"})
+    errors = run_threads_on(lambda: micro_step(W, b, opt), n=1)
+    assert len(errors) == 1 and "holds this optimizer's open" in str(errors[0])
+    assert opt.pending_steps == 1
+
+
+def test_state_dict_and_a_refused_grad_take_no_window():
+    # A loaded window is no thread's; a thread that only reads the state, or
+    # whose .grad = ... is refused for its shape, must not become its holder.
+    W, b, opt = model()
+    micro_step(W, b, opt)
+    opt.load_state_dict(opt.state_dict())
+    done, release = threading.Event(), threading.Event()
+    failures = []
+
+    def reader():
+        try:
+            opt.state_dict()
+            with pytest.raises(ValueError, match="does not match"):
+                W.grad = np.zeros((5, 5))
+        except BaseException as exc:   # reported below
+            failures.append(exc)
+        done.set()
+        release.wait(30)               # alive while the main thread goes on
+
+    t = threading.Thread(target=reader, name="reader")
+    t.start()
+    try:
+        assert done.wait(30)
+        assert micro_step(W, b, opt)   # this thread takes the window and closes it
+    finally:
+        release.set()
+        t.join()
+    assert not failures, failures
+    assert opt.t == 1

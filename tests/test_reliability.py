@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
+from conftest import run_threads
 from numbagrad import buffers, nn
 
 
@@ -130,24 +131,10 @@ def _train(seed, steps=40):
 def test_four_threads_train_exactly_as_sequential_runs():
     sequential = [_train(seed) for seed in range(4)]
     results = [None] * 4
-    errors = []
 
     def work(i):
-        try:
-            results[i] = _train(i)
-        except BaseException as exc:   # reported below, with the thread's index
-            errors.append((i, exc))
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+        results[i] = _train(i)
+    errors = run_threads(work, 4)
     assert not errors, errors
     for got, want in zip(results, sequential):
         for g, w in zip(got, want):

@@ -1,6 +1,7 @@
 """What every op shares: operand checks, 2-D views, and building results."""
 from __future__ import annotations
 
+import math
 import numbers
 from types import ModuleType
 from typing import Any
@@ -131,6 +132,12 @@ def result(data: Any, kern: ModuleType, inputs: tuple, backward: Any, saved: tup
 def scalar_of(dtype: Any, value: float) -> Any:
     """``value`` as a scalar of ``dtype``, so float32 kernels stay float32."""
     return dtype.type(value)
+
+
+def mean_scale(count: int) -> float:
+    """1 / count, the scale of a mean: nan over nothing (the kernels' empty
+    sum, 0, times nan), as PyTorch and NumPy."""
+    return 1.0 / count if count else math.nan
 
 
 def check_reduction(op: str, reduction: str) -> None:

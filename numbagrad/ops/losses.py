@@ -3,7 +3,6 @@ kernel; the backward hands that gradient on (scaled when the loss feeds
 further ops, say ``mse + 0.01 * reg``)."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,8 @@ from ..kernels import scalar as codes
 from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import check_reduction, contiguous, describe, operand, pair, result
+from ._common import (check_reduction, contiguous, describe, mean_scale, operand, pair,
+                      result)
 
 
 def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -31,9 +31,7 @@ def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 def _scale(reduction: str, count: int) -> float:
     """The loss sum's scale: 1 for "sum", 1 / count for "mean", whose mean
     over nothing is nan (the kernels' empty sum, 0, times nan), as PyTorch."""
-    if reduction == "sum":
-        return 1.0
-    return 1.0 / count if count else math.nan
+    return 1.0 if reduction == "sum" else mean_scale(count)
 
 
 def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:

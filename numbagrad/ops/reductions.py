@@ -1,14 +1,14 @@
 """Reductions (sum, mean) and the softmax family, each forward beside its backward."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .. import buffers
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import as2d, describe, ones, operand, reshaped, result, scalar_of, view2d
+from ._common import (as2d, describe, mean_scale, ones, operand, reshaped, result, scalar_of,
+                      view2d)
 
 
 def _axis(x: Tensor, axis: Any, op: str) -> int | None:
@@ -46,7 +46,7 @@ def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
         out2 = (r, 1)
         out_shape = (r, 1) if keepdims else (r,)
     count = r * c if ax is None else (r if ax == 0 else c)   # elements per output
-    scale = (1.0 / count if count else math.nan) if mean else 1.0   # nan * 0: a mean of nothing
+    scale = mean_scale(count) if mean else 1.0
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
     (kern.sum_to_mt if x._data.size >= kern.MT_MIN else kern.sum_to)(

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
-from ..tensor import Tensor, _wrappers
+from ..tensor import Tensor, _seen, _wrappers
 from ._common import contiguous, describe, ones, operand, reshaped, result, scalar_of
 
 
@@ -22,7 +22,7 @@ def transpose(x: Any) -> Tensor:
 
 def _view_of(x: Tensor, out: Tensor) -> Tensor:
     """``out``, a view of ``x``'s data, noted as wrapping an accumulator when ``x`` is."""
-    if _wrappers and x in _wrappers:
+    if _seen.wrapped and x in _wrappers:
         _wrappers.add(out)
     return out
 

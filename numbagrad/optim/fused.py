@@ -88,7 +88,7 @@ class FusedUpdate:
     def _arm(self, lr: float, positions: int, live: tuple) -> None:
         """Fill ``ctl`` for a window of ``positions`` micro-steps closing now."""
         win, rule = self.win, self.rule
-        values = (lr, 1.0 / positions if win.average else 1.0,
+        values = (lr, 1.0 / win.divisor(positions),
                   -1.0 if win.max_grad_norm is None else win.max_grad_norm, CLIP_EPS,
                   1.0 if win.nonfinite != "ignore" else 0.0,
                   rule.fused_parity(self.group, self.args), *rule.fused_hyper())
@@ -108,7 +108,7 @@ class FusedUpdate:
         win = self.win
         if win.mode != "grad" or win.hook is not None or win.average == "samples":
             return False
-        self._arm(lr, win.pos, tuple(p._live for p in self.group.params))
+        self._arm(lr, win.pos, self.group.grad_flags())
         self.kernel(*self.args)
         if self.ctl[bk.STATUS] == 0.0:
             return False

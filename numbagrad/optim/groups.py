@@ -92,6 +92,10 @@ class Group:
         """The params' part of a gradient buffer (``g`` or ``win``), without the tail."""
         return self.g_body if flat is self.g else self.win_body
 
+    def grad_flags(self) -> tuple:
+        """Which params hold a gradient in ``.grad`` (the live flags of a grad window)."""
+        return tuple(p._live for p in self.params)
+
     def set_live(self, flags: tuple) -> None:
         if flags != self.live_flags:
             self.kern.upload(np.array(flags, np.uint8), self.live)

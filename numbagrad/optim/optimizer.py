@@ -175,7 +175,7 @@ class Optimizer:
                 self, [p for g in groups for p in g.params]) or False
         if boundary and boundary.close_now(lr):
             return True
-        return self._window.close(self._rule, lr)
+        return self._window.close(self._rule, lr, stacklevel=5)   # the user's step()
 
     def flush(self) -> bool:
         """Apply the current window now, scaled by what it holds; False if it is empty.
@@ -257,13 +257,8 @@ class Optimizer:
         keeps the loading optimizer's own callable.
         """
         self._check_usable()
-        win = self._window
-        if win.thread != get_ident():
-            win.claim("state_dict()")
-        try:
-            return self._state_dict()
-        finally:
-            win.release_if_idle()
+        self._window.check_free("state_dict()")   # reading takes no window
+        return self._state_dict()
 
     def _state_dict(self) -> dict[str, Any]:
         win = self._window
@@ -298,8 +293,10 @@ class Optimizer:
             win.claim("load_state_dict()")
         try:
             self._load_state_dict(state)
-        finally:
-            win.release()   # a loaded window is no thread's: the next to use it takes it
+        except BaseException:
+            win.release_if_idle()   # refused: the window is as it was
+            raise
+        win.release()   # a loaded window is no thread's: the next to use it takes it
 
     def _load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:

@@ -77,14 +77,18 @@ class Window:
         ``thread`` (``release``); the lock makes two threads' takeovers of a
         free window (or one whose holder has ended) one after the other.
         """
-        me = threading.get_ident()
         with _CLAIMING:
-            held = self.thread
-            if held is not None and held != me:
-                holder = next((t for t in threading.enumerate() if t.ident == held), None)
-                if holder is not None:
-                    raise RuntimeError(self._refusal(what, holder))
-            self.thread = me
+            self.check_free(what)
+            self.thread = threading.get_ident()
+
+    def check_free(self, what: str) -> None:
+        """Raise as ``claim`` would if another live thread holds the window;
+        take nothing (for calls that only read it)."""
+        held = self.thread
+        if held is not None and held != threading.get_ident():
+            holder = next((t for t in threading.enumerate() if t.ident == held), None)
+            if holder is not None:
+                raise RuntimeError(self._refusal(what, holder))
 
     def release(self) -> None:
         """Give up the window if the calling thread holds it (it is closed or empty)."""
@@ -192,7 +196,8 @@ class Window:
         self.samples += samples
 
     # -------------------------------------------------------- boundary
-    def close(self, rule: Rule, lr: float, positions: int | None = None) -> bool:
+    def close(self, rule: Rule, lr: float, positions: int | None = None,
+              stacklevel: int = 4) -> bool:
         """Apply the window's total; False if it was skipped as non-finite.
 
         ``positions`` is how many micro-steps the window holds over all
@@ -203,7 +208,7 @@ class Window:
         for group in self.groups:
             if mode == "grad":
                 buffers.append(group.g)
-                flags = tuple(p._live for p in group.params)
+                flags = group.grad_flags()
             else:
                 buffers.append(group.window())
                 flags = tuple(group.seen)
@@ -213,13 +218,8 @@ class Window:
             ranks, summed = self.hook.reduce(buffers, [g.size for g in self.groups],
                                              samples if self.average == "samples" else None)
             samples = summed if summed is not None else samples
-        if self.average == "samples":
-            divisor = samples
-        elif self.average:
-            divisor = positions if positions is not None else self.pos * ranks
-        else:
-            divisor = ranks
-        scale = 1.0 / divisor
+        scale = 1.0 / self.divisor(positions if positions is not None else self.pos * ranks,
+                                   ranks, samples)
 
         norm = None
         if self.max_grad_norm is not None or self.nonfinite != "ignore":
@@ -229,7 +229,7 @@ class Window:
                 bad = [self.names[g.params[i].id] for g, flat in zip(self.groups, buffers)
                        for i in g.nonfinite(flat)]
                 if bad:
-                    return self._drop(mode, bad)
+                    return self._drop(mode, bad, stacklevel)
             if self.max_grad_norm is not None:
                 coef = self.max_grad_norm / (norm + CLIP_EPS)
                 if not coef >= 1.0:   # NaN too, as torch: a NaN norm makes NaN grads
@@ -240,12 +240,19 @@ class Window:
         self.finish(mode)
         return True
 
+    def divisor(self, positions: int, ranks: int = 1, samples: int = 0) -> int:
+        """What the window's total is divided by: its micro-steps (average=True),
+        its samples ("samples") or the ranks (False: a sum on each rank)."""
+        if self.average == "samples":
+            return samples
+        return positions if self.average else ranks
+
     def finish(self, mode: str) -> None:
         """After an applied update (whose kernel zeroed the total): a new window."""
         self._clear(mode, zeroed=True)
         self.t += 1
 
-    def _drop(self, mode: str, bad: list[str]) -> bool:
+    def _drop(self, mode: str, bad: list[str], stacklevel: int) -> bool:
         """Discard a non-finite window, then raise or warn as ``nonfinite`` says."""
         t = self.t
         self.discard(mode)
@@ -256,7 +263,7 @@ class Window:
                                      f"with a warning)")
         self.skipped += 1
         warnings.warn(f"{what} (nonfinite='skip': {self.skipped} skipped so far)",
-                      RuntimeWarning, stacklevel=4)
+                      RuntimeWarning, stacklevel=stacklevel)
         return False
 
     def discard(self, mode: str | None = None) -> None:
