@@ -26,6 +26,7 @@ def plot(result: dict, path: str) -> bool:
     fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 4.2 * nrow), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     width = 0.8 / len(peers)
+    labeled: set[str] = set()      # each peer named once, where it first has a bar
     for ax, case in zip(axes.flat, cases):
         mine = [r for r in rows if r["case"] == case]
         for j, name in enumerate(peers):
@@ -40,7 +41,10 @@ def plot(result: dict, path: str) -> bool:
                 lo.append((s["median_s"] - s["q1_s"]) * 1e6)
                 hi.append((s["q3_s"] - s["median_s"]) * 1e6)
             color = colors[j % len(colors)]
-            ax.bar(xs, best, width, color=color, label=name if case == cases[0] else None)
+            label = name if xs and name not in labeled else None
+            if label:
+                labeled.add(name)
+            ax.bar(xs, best, width, color=color, label=label)
             ax.errorbar(xs, med, yerr=[lo, hi], fmt="o", markersize=3, capsize=2,
                         color="black", elinewidth=1)
         for i, r in enumerate(mine):
