@@ -14,7 +14,7 @@ reports its best and median. Variants:
 - ``ng-spin``: the same with the runtime loaded first at its default policy
   (as after ``import torch``).
 
-    python scripts/import_effect.py [--rounds 5]
+    python scripts/import_effect.py [--rounds 5] [--variants ng ng-0.2 ...]
 """
 from __future__ import annotations
 
@@ -52,10 +52,11 @@ VARIANTS = {"torch": {}, "torch+ng": {}, "torch+0.2": {"OMP_WAIT_POLICY": "PASSI
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args(argv)
     base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    names = list(VARIANTS)
+    results: dict[str, list[dict]] = {v: [] for v in args.variants}
+    names = list(args.variants)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             run = subprocess.run([sys.executable, "-c", CHILD, HERE, name],
