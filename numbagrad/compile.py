@@ -36,7 +36,6 @@ import hashlib
 import math
 import os
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -54,7 +53,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
-from . import _cache, buffers, tape
+from . import _atomic, _cache, buffers, tape
 from . import tensor as tensor_module
 from .kernels.cpu.losses import first_bad_label
 from .ops import losses as losses_module
@@ -852,8 +851,11 @@ def _refuse(folder: str, problem: str) -> str:
 
 
 def _write(path: str, data: bytes) -> None:
-    """Write ``path`` whole or not at all (a private temporary file, then a rename)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    """Write ``path`` whole or not at all (a private pid-named temporary, then
+    a rename); the temporaries of killed writers to ``path`` go first."""
+    folder, base = os.path.split(path)
+    _atomic.remove_stale_temporaries(folder, base)
+    fd, tmp = _atomic.create_temporary(folder, base)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

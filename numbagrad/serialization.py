@@ -26,8 +26,6 @@ import errno
 import json
 import math
 import os
-import re
-import secrets
 import stat
 import zipfile
 from collections.abc import Mapping
@@ -35,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from ._atomic import O_BINARY as _O_BINARY
+from ._atomic import create_temporary, remove_stale_temporaries
 from .tensor import Tensor
 
 __all__ = ["load", "save"]
@@ -42,7 +42,6 @@ __all__ = ["load", "save"]
 _META = "__numbagrad__"     # the archive member holding the structure
 _FORMAT = "numbagrad-checkpoint"
 _VERSION = 1
-_O_BINARY = getattr(os, "O_BINARY", 0)   # Windows: no newline translation
 
 
 # ------------------------------------------------------------------ encode
@@ -216,50 +215,6 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def _temp_pattern(base: str) -> re.Pattern[str]:
-    """The names of ``save``'s temporaries for target ``base``: the writer's pid, a nonce."""
-    return re.compile(re.escape(f".{base}.") + r"(\d+)\.[0-9a-f]{16}\.tmp")
-
-
-def _writer_gone(pid: int) -> bool:
-    """Whether no process ``pid`` runs here (signal 0 only checks; POSIX only)."""
-    if os.name != "posix" or pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (OSError, OverflowError):   # PermissionError: alive, another user's
-        return False
-    return False
-
-
-def _remove_stale_temporaries(folder: str, base: str) -> None:
-    """Delete the temporaries of target ``base`` left by saves that were killed."""
-    pattern = _temp_pattern(base)
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        match = pattern.fullmatch(name)
-        if match and _writer_gone(int(match.group(1))):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:   # another save removed it first, or it is not ours to remove
-                pass
-
-
-def _create_temporary(folder: str, base: str) -> tuple[int, str]:
-    """Create and open a new, private temporary named for the target and this process."""
-    while True:
-        tmp = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600), tmp
-        except FileExistsError:   # pragma: no cover - a 64-bit nonce collided
-            continue
-
-
 def _naming(exc: OSError, path: str) -> OSError:
     """``exc`` again, as an error of the same errno whose message names the checkpoint."""
     if exc.errno is None:
@@ -293,10 +248,10 @@ def save(path: str | os.PathLike, obj: Any) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     base = os.path.basename(path)
     mode = _file_mode(path)
-    _remove_stale_temporaries(folder, base)
+    remove_stale_temporaries(folder, base)
     tmp = None
     try:
-        fd, tmp = _create_temporary(folder, base)
+        fd, tmp = create_temporary(folder, base)
         with os.fdopen(fd, "wb") as f:
             if _SAVEZ_TAKES_ALLOW_PICKLE:
                 np.savez(f, allow_pickle=False, **members)

@@ -276,3 +276,21 @@ def test_import_and_training_work_with_no_writable_cache_location(tmp_path):
     assert not os.path.exists(run["cache"])          # ... and removed at exit
     assert run["eager"] == run["compiled"] and run["same"]
     assert run["eager"][-1] < run["eager"][0]
+
+
+def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path):
+    # generated modules are written as checkpoints are: a pid-named temporary,
+    # then a rename; one whose writer is gone is removed, a live one's is kept
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    target = tmp_path / "module.py"
+    stale = tmp_path / f".module.py.{dead}.{'0' * 16}.tmp"
+    live = tmp_path / f".module.py.{os.getppid()}.{'1' * 16}.tmp"
+    other = tmp_path / f".other.py.{dead}.{'2' * 16}.tmp"
+    for path in (stale, live, other):
+        path.write_bytes(b"half a module")
+    ngc._write(str(target), b"x = 1\n")
+    assert target.read_bytes() == b"x = 1\n"
+    assert not stale.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [target.name, live.name, other.name])
