@@ -164,3 +164,26 @@ def test_reduction_bits_do_not_depend_on_addresses(name, dtype):
                         assert got == want, (f"{name} {np.dtype(dtype).name} ({r}, {c}): output "
                                              f"{j} {gap} bytes {'after' if side > 0 else 'before'}"
                                              f" input {i} gives other bits")
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["serial", "mt"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_the_optimizers_norm_does_not_depend_on_addresses(dtype, threaded):
+    # sumsq (fastmath: the clipping norm at every window boundary) writes one
+    # float64 next to the gradient buffer it reads, as in a compiled arena
+    from numbagrad.kernels.cpu import optim as optim_kernels
+    fn = optim_kernels._sumsq_parallel if threaded else optim_kernels._sumsq_serial
+    rng = np.random.default_rng(3)
+    for n in (5, 37, 300, 20000):
+        g = rng.normal(size=n).astype(dtype)
+        want = np.zeros(1)
+        fn(g, want)
+        for gap in (x for x in GAPS if x % 8 == 0):
+            for side in (1, -1):
+                raw = arena(1 << 18)
+                moved = at(raw, BASE, (n,), dtype)
+                moved[...] = g
+                start = BASE + nbytes((n,), dtype) + gap if side > 0 else BASE - 8 - gap
+                out = at(raw, start - start % 8, (1,), np.float64)
+                fn(moved, out)
+                assert out.tobytes() == want.tobytes(), (n, gap, side)
