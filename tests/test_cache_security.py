@@ -27,6 +27,7 @@ import pytest
 import numbagrad as ng
 
 ngc = importlib.import_module("numbagrad.compile")   # ng.compile is the function
+ngc_cache = importlib.import_module("numbagrad.compile.cache")   # where the cache's state lives
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OTHER_UID = 65534          # "nobody"
@@ -36,8 +37,8 @@ SOURCE = "value = 1\n"
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
     """No module or refused folder remembered from other tests."""
-    monkeypatch.setattr(ngc, "_modules", {})
-    monkeypatch.setattr(ngc, "_refused", {})
+    monkeypatch.setattr(ngc_cache, "_modules", {})
+    monkeypatch.setattr(ngc_cache, "_refused", {})
 
 
 def make_foreign(path, monkeypatch):
@@ -59,7 +60,7 @@ def plant(folder, name, marker):
 def module_name(tmp_path):
     """The file name ng.compile gives SOURCE (learned from a clean load)."""
     _, path = ngc._load_module(SOURCE, str(tmp_path / "learn"))
-    ngc._modules.clear()
+    ngc_cache._modules.clear()
     return os.path.basename(path)
 
 
@@ -124,7 +125,7 @@ def test_two_users_never_share_a_folder(tmp_path, monkeypatch):
     _, a_path, _ = load_warned(SOURCE, shared)       # user A makes it (mode 0700)
     assert os.path.dirname(a_path) == str(shared)
     make_foreign(shared, monkeypatch)                # ... it is A's, this process is user B
-    ngc._modules.clear()
+    ngc_cache._modules.clear()
     module, b_path, messages = load_warned(SOURCE, shared)
     assert module.value == 1 and len(messages) == 1 and "owned by uid" in messages[0]
     assert os.path.dirname(b_path) != str(shared)
@@ -136,7 +137,7 @@ def test_two_users_never_share_a_folder(tmp_path, monkeypatch):
 def test_a_modified_module_in_the_own_folder_is_rewritten_not_run(tmp_path):
     folder, marker = tmp_path / "compiled", tmp_path / "planted-ran"
     _, path, _ = load_warned(SOURCE, folder)
-    ngc._modules.clear()
+    ngc_cache._modules.clear()
     plant(folder, os.path.basename(path), marker)
     module, again, messages = load_warned(SOURCE, folder)
     assert again == path and module.value == 1 and not marker.exists()
@@ -168,7 +169,7 @@ def test_a_truncated_module_is_detected_and_regenerated(tmp_path):
     ast.parse(truncated)                       # ... and it is still valid Python
     with open(path, "w") as f:
         f.write(truncated)
-    ngc._modules.clear()                       # as a new process would find it
+    ngc_cache._modules.clear()                 # as a new process would find it
 
     W2, opt2, fn2 = linear_twin()
     W3, opt3, fn3 = linear_twin()

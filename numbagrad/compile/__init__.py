@@ -1,0 +1,350 @@
+"""``ng.compile``: record a training step's kernels once, replay them as compiled code.
+
+    step = ng.compile(loss_fn, optimizer=opt)
+    for x, y in batches:
+        loss = step(x, y)      # forward, backward into .grad, opt.step()
+
+The first call with a new signature runs ``loss_fn`` eagerly on a tape (so it
+raises exactly what eager mode raises) while every kernel call is recorded;
+the recording becomes one generated ``@njit`` function (CPU) that issues the
+same kernels in the same order on buffers allocated once for that signature.
+On CUDA the recorded launches are replayed back to back from Python. See
+``compile`` for the rules.
+
+One module a concept: ``intrinsics`` (the LLVM intrinsics generated code
+calls), ``geometry`` (array geometry, signature keys), ``recording``,
+``analysis``, ``codegen`` (the CPU @njit source), ``cache`` (the folder of
+generated modules), ``runners`` (one signature's compiled step); this module
+is the public API.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+
+from .. import tape
+from ..optim.fused import FusedUpdate
+from ..tensor import Tensor
+from .analysis import _analyze, _compare, _device_of, _Program
+from .cache import _load_module, _write, cache_dir  # noqa: F401 (_write: tests reach it here)
+from .codegen import _Codegen
+from .geometry import _describe_args, _key, _Unsupported
+from .intrinsics import _array, _call  # noqa: F401 (generated modules import them from here)
+from .recording import _recording, _reached_params
+from .runners import (_EAGER, _MISS, _STALE, _VERIFY, MAX_SIGNATURES, _data, _EagerEntry,
+                      _Entry, _NjitEntry, _ReplayEntry, _window_of)
+
+__all__ = ["CompiledStep", "GraphChangedError", "compile"]
+
+
+class GraphChangedError(RuntimeError):
+    """``fn`` recorded a different graph for a signature already compiled."""
+
+
+class CompiledStep:
+    """A training micro-step recorded once per signature and replayed.
+
+    Call it like ``fn``: ``loss = step(*args)``. Attributes: ``fn``,
+    ``optimizer``, ``stats`` (one dict per recording: the signature, ``mode``
+    "njit" / "replay" / "eager", ``record_s``, and for "njit" ``codegen_s``,
+    ``jit_s``, ``cache`` ("hit": loaded from Numba's cache, "miss": compiled,
+    "loaded": already in this process), the generated ``module`` and
+    ``fused_update``: whether the optimizer's update runs inside it),
+    ``signatures`` (the cached ones, oldest first).
+    """
+
+    def __init__(self, fn: Callable, optimizer: Any = None, *, verify: bool = True,
+                 cache_dir: str | None = None, max_signatures: int = MAX_SIGNATURES,
+                 fuse_update: bool = True) -> None:
+        if not callable(fn):
+            raise TypeError(f"ng.compile needs a callable, got {type(fn).__name__}")
+        if optimizer is not None and not callable(getattr(optimizer, "step", None)):
+            raise TypeError(f"optimizer must have a step() method, got "
+                            f"{type(optimizer).__name__}")
+        self.fn = fn
+        self._optimizer = optimizer
+        self._window = _window_of(optimizer)
+        self.verify = bool(verify)
+        self.fuse = bool(fuse_update)
+        self.cache_dir = cache_dir
+        self.max_signatures = max(1, int(max_signatures))
+        self.stats: list[dict[str, Any]] = []
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._last: _Entry | None = None
+        self.__wrapped__ = fn
+
+    @property
+    def signatures(self) -> list[tuple]:
+        return list(self._entries)
+
+    @property
+    def optimizer(self) -> Any:
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, value: Any) -> None:
+        """Another optimizer (or None): every signature records again."""
+        if value is not None and not callable(getattr(value, "step", None)):
+            raise TypeError(f"optimizer must have a step() method, got {type(value).__name__}")
+        self._optimizer = value
+        self._window = _window_of(value)
+        self._entries.clear()
+        self._last = None
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__qualname__", repr(self.fn))
+        return f"ng.compile({name}, {len(self._entries)} signature(s))"
+
+    def __call__(self, *args: Any) -> Tensor:
+        win = self._window   # the optimizer's window is one thread's (optim/window.py)
+        if win is not None and win.thread != threading.get_ident():
+            win.claim("a compiled step (ng.compile)")
+        try:   # one frame, no helper call: this is the compiled step's hot path
+            entry = self._last
+            if entry is not None:
+                out = entry.run(args)
+                if type(out) is Tensor:
+                    return out
+            else:
+                out = _MISS
+            if out is _MISS:
+                key = _key(args)
+                entry = self._entries.get(key)
+                if entry is None:
+                    return self._record(args, key, None)
+                self._last = entry
+                self._entries.move_to_end(key)
+                out = entry.run(args)
+                if type(out) is Tensor:
+                    return out
+                if out is _MISS:    # the key matched but the runner's guard did not: be safe
+                    return self._eager(args)
+            if out is _STALE:
+                return self._record(args, entry.key, None)
+            if out is _VERIFY:
+                return self._record(args, entry.key, entry)
+            if out is _EAGER:
+                return self._eager(args)
+            raise RuntimeError(f"ng.compile: internal error, unexpected runner answer {out!r}")
+        except BaseException:
+            if win is not None:
+                win.release_if_idle()    # a step that raised before counting holds nothing
+            raise
+
+    # ------------------------------------------------------------ internals
+    def _eager(self, args: tuple) -> Tensor:
+        with tape.grad_tape():
+            loss = self.fn(*args)
+        loss.backward()
+        self._step_optimizer()
+        return loss
+
+    def _step_optimizer(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.step()
+
+    def _record(self, args: tuple, key: tuple, check: _Entry | None) -> Tensor:
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor) and a._node is not None:
+                raise TypeError(f"ng.compile: argument {i} is the output of a recorded op; "
+                                f"pass leaf tensors (the graph is recorded inside fn)")
+        t0 = time.perf_counter()
+        with _recording() as rec:
+            with tape.grad_tape():
+                loss = self.fn(*args)
+            if not isinstance(loss, Tensor):
+                raise TypeError(f"ng.compile: fn must return the loss Tensor, got "
+                                f"{type(loss).__name__}")
+            params = _reached_params(loss) if loss._node is not None else []
+            loss.backward()     # eager's errors (not recorded, not one element) as they are
+        t1 = time.perf_counter()
+        if rec.host_reads and check is None:
+            warnings.warn("ng.compile: fn copied a tensor to the host (.item(), .numpy()) "
+                          "while being recorded; replays run no Python code, so a decision "
+                          "taken on that value is frozen into the compiled step",
+                          RuntimeWarning, stacklevel=3)
+        devices = {_device_of(call[2]) for call in rec.calls} - {None}
+        host = loss.device == "cpu" and devices <= {"cpu"}   # else: Python replay
+        reason = ""
+        try:
+            prog = _analyze(rec, args, loss, params, host)
+        except Exception as exc:  # noqa: BLE001 (whatever fails, the call itself is done)
+            prog, reason = None, _reason(exc)
+        if check is not None:
+            problem = ("its arrays cannot be mapped as before" if prog is None
+                       else _compare(check.prog, prog, args))
+            if problem is not None:
+                raise GraphChangedError(
+                    f"ng.compile: {getattr(self.fn, '__qualname__', 'fn')} recorded a different "
+                    f"graph on call {check.count[0]} for the same signature "
+                    f"{_describe_args(args)}: {problem}. A compiled step replays the graph "
+                    f"recorded on the first call; Python control flow that depends on tensor "
+                    f"values or on state outside the arguments is not captured. Make the "
+                    f"choice an argument (each value is its own signature) or run this step "
+                    f"eagerly.")
+            self._step_optimizer()
+            return loss
+        stat: dict[str, Any] = {"signature": _describe_args(args), "record_s": t1 - t0}
+        entry: _Entry | None = None
+        if prog is not None and host:
+            try:
+                entry = self._njit_entry(prog, args, key, stat)
+            except Exception as exc:  # noqa: BLE001 (replayed from Python instead)
+                reason = _reason(exc)
+        if prog is not None and entry is None:
+            try:
+                entry = _ReplayEntry(prog, args, key, self)
+                if host:
+                    warnings.warn(f"ng.compile: no @njit function for this step ({reason}); "
+                                  f"its kernels are replayed from Python", RuntimeWarning,
+                                  stacklevel=3)
+            except Exception as exc:  # noqa: BLE001 (run eagerly instead)
+                reason = _reason(exc)
+        if entry is None:
+            warnings.warn(f"ng.compile: this step cannot be replayed ({reason}); it runs "
+                          f"eagerly for this signature", RuntimeWarning, stacklevel=3)
+            entry = _EagerEntry(None, args, key, self)
+        stat["mode"] = entry.mode
+        stat["total_s"] = time.perf_counter() - t0
+        self.stats.append(stat)
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_signatures:
+            self._entries.popitem(last=False)
+        self._last = entry
+        self._step_optimizer()
+        return loss
+
+    def _njit_entry(self, prog: _Program, args: tuple, key: tuple, stat: dict) -> _NjitEntry:
+        t0 = time.perf_counter()
+        fused = None
+        if self.optimizer is not None and self.fuse:
+            fused = FusedUpdate.build(self.optimizer, prog.params)
+            if fused is not None:
+                try:
+                    fused.kernel.compile(tuple(numba.typeof(a) for a in fused.args))
+                except Exception as exc:  # noqa: BLE001 (the update then runs from Python)
+                    warnings.warn(f"ng.compile: the optimizer update stays outside the "
+                                  f"compiled step ({_reason(exc)})", RuntimeWarning,
+                                  stacklevel=4)
+                    fused = None
+        gen = _Codegen(prog, fused)
+        source = gen.source()
+        module, path = _load_module(source, cache_dir(self.cache_dir))
+        fn = module.step
+        t1 = time.perf_counter()
+        per_call = []
+        for kind, idx in gen.per_call:
+            if kind == "in":
+                per_call.append(_data(args[idx]))
+            else:
+                i, dtype = prog.derived[idx]
+                per_call.append(np.ascontiguousarray(args[i], dtype))
+        meta = np.array(gen.meta, np.int64)
+        sig = tuple(numba.typeof(a) for a in [meta, *per_call])
+        loaded = sig in fn.overloads
+        hits = sum(fn.stats.cache_hits.values())
+        try:
+            fn.compile(sig)
+        except Exception as exc:  # noqa: BLE001 (a typing problem in generated code: replay)
+            raise _Unsupported(f"Numba could not compile the generated step "
+                               f"({_reason(exc)})") from None
+        cache = ("loaded" if loaded else
+                 "hit" if sum(fn.stats.cache_hits.values()) > hits else "miss")
+        stat.update(codegen_s=t1 - t0, jit_s=time.perf_counter() - t1, cache=cache,
+                    module=path, fused_update=fused is not None)
+        # Tensors' arrays are numbagrad's own (aligned, and checked against the
+        # signature by the runner), so those calls may skip Numba's dispatch
+        direct = None
+        if all(kind == "in" and isinstance(args[idx], Tensor) for kind, idx in gen.per_call):
+            direct = getattr(fn.overloads.get(sig), "entry_point", None)
+        return _NjitEntry(prog, args, key, self, gen, direct or fn)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, _Unsupported):
+        return str(exc)
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
+            cache_dir: str | None = None, fuse_update: bool = True) -> CompiledStep:
+    """Record ``fn``'s training step once per signature and replay it compiled.
+
+    ``step = ng.compile(fn)``; ``loss = step(*args)`` does what
+    ``with ng.grad_tape(): loss = fn(*args)`` then ``loss.backward()`` does
+    (gradients added into every reached param's ``.grad``) and returns the
+    loss tensor. With ``optimizer=opt`` it then calls ``opt.step()``, so one
+    call is a whole micro-step, the window's update included.
+
+    **Signatures.** A signature is each argument's shape, strides, dtype and
+    device (a tensor's ``requires_grad`` too; Python numbers by value). The
+    first call with a new signature runs ``fn`` eagerly on a tape, raising
+    whatever eager mode raises (a shape an op rejects, say), records every
+    kernel call, and generates one ``@njit`` function that issues them in the
+    same order on buffers allocated once for that signature. Later calls
+    replay it: no tape, no op dispatch, no allocation. The last
+    ``MAX_SIGNATURES`` (8) signatures are kept. A param that no longer holds
+    the arrays it was recorded with (a new optimizer adopted it) makes the
+    next call record again.
+
+    **What is captured.** Only kernels. Python code in ``fn`` runs on the
+    recording call only: control flow that depends on tensor values
+    (``if loss.item() > 1``) or on state outside the arguments (a counter, a
+    random choice) is frozen as it went on that call, and arrays ``fn``
+    creates itself (``ng.tensor(...)`` of closure data) are captured as
+    constants; arrays passed as arguments are read fresh on every call. To
+    catch the common mistake, the 2nd, 4th, 8th, ... call of a signature runs
+    eagerly again and compares what it records: a different graph raises
+    ``GraphChangedError`` (``verify=False`` skips these checks). Class labels
+    are range-checked on every call, raising eager mode's error.
+
+    **Results** are bit-identical to eager execution on the CPU: the same
+    compiled kernels, called with the same arguments in the same order.
+
+    **Cache.** The generated module is written to ``cache_dir`` (default
+    ``$NUMBAGRAD_CACHE_DIR`` or ``~/.cache/numbagrad``, subfolder
+    ``compiled``) under a hash of its source, so Numba's ``cache=True`` lets
+    a later process skip compiling it. The source holds no addresses, shapes
+    or kernels (they are data), so graphs of the same form share it: a new
+    batch size records again but compiles nothing. ``step.stats`` reports
+    each recording's record, codegen and jit time and the cache outcome. The
+    folder must be this user's own with mode 0700 (created so); any other one
+    (someone else's, group- or world-writable, a symlink, not writable) is
+    refused, with one warning, for a private ``tempfile.mkdtemp`` folder, and a
+    module found there runs only if it holds exactly the source its name is
+    the hash of (else it is written again, with a warning).
+
+    **Optimizer.** On the CPU the update is part of the compiled function:
+    at a window boundary it checks the window's total, clips it and applies
+    the SGD/Adam/AdamW update with the optimizer's own kernels (the same
+    bits as ``opt.step()``), while the window's bookkeeping (positions,
+    ``t``, schedules evaluated once per update) stays the optimizer's, in
+    Python around the call. This needs a numbagrad optimizer whose params
+    are all of one dtype and all reached by ``fn``, and fewer params than
+    the threaded kernels' threshold (``NUMBAGRAD_PARALLEL_MIN``, 65536
+    elements: above it the update dominates the step and eager dispatch
+    picks its faster variant). Otherwise, and for micro-steps the window
+    must handle itself (a ``step(grads)`` window, ``average="samples"``, a
+    ``DistributedOptimizer``, a non-finite total), ``opt.step()`` runs after
+    the compiled forward and backward, so every error and warning is eager
+    mode's. ``fuse_update=False`` always calls ``opt.step()``.
+
+    **CUDA.** numba-cuda offers no CUDA graphs, so the recorded launches are
+    replayed back to back from Python: the same launches (and counts) as
+    eager mode, without tape or op work between them. The returned loss
+    stays on the device.
+
+    Arguments are positional. A compiled step is not for concurrent calls
+    from several threads (it owns one set of buffers per signature);
+    recording holds a global lock.
+    """
+    return CompiledStep(fn, optimizer, verify=verify, cache_dir=cache_dir,
+                        fuse_update=fuse_update)

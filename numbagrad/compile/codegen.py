@@ -1,0 +1,237 @@
+"""CPU code generation: the source of the generated @njit step and its ``meta``.
+
+How arrays reach the generated function: op outputs become slices of one
+flat arena per dtype that the compiled step owns; params, gradient
+accumulators and other persistent arrays are reached through their owning
+buffer's address, and the arguments' arrays are passed in. The generated
+function therefore takes one int64 ``meta`` array (addresses, shapes, flags)
+plus one array per argument, so a call unboxes a handful of arrays however
+big the graph.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+from numba import types as _nbtypes
+
+from ..optim.fused import FusedUpdate
+from .analysis import _Program, _Ref
+from .geometry import _address, _c_contiguous, _c_strides, _owner, _shape, _strides
+from .geometry import _Unsupported
+from .intrinsics import _type_text
+
+
+_ALIGN = 64   # bytes between arena slots
+
+
+def _scalar_expr(value: Any, meta: list) -> str:
+    """Source for a kernel's scalar argument, typed as eager mode types it."""
+    if isinstance(value, (bool, np.bool_)):
+        meta.append(int(bool(value)))
+        return f"(m[{len(meta) - 1}] != 0)"
+    if isinstance(value, int):
+        meta.append(value)
+        return f"m[{len(meta) - 1}]"
+    if isinstance(value, np.integer):
+        meta.append(int(value))
+        return f"np.{value.dtype.name}(m[{len(meta) - 1}])"
+    if isinstance(value, float) and type(value) is float:
+        return _float_literal(value)
+    if isinstance(value, np.floating) and value.dtype in (np.float32, np.float64):
+        if value.dtype == np.float64:
+            return _float_literal(float(value))
+        return f"np.float32({_float_literal(float(value))})"
+    raise _Unsupported(f"a kernel argument of type {type(value).__name__}")
+
+
+def _float_literal(x: float) -> str:
+    if math.isnan(x):
+        return "np.nan"
+    if math.isinf(x):
+        return "np.inf" if x > 0 else "(-np.inf)"
+    return repr(x)
+
+
+class _Codegen:
+    """Source of the generated @njit step and the ``meta`` it reads.
+
+    A view of a buffer the step keeps (an arena slot, a param's flat buffer)
+    is ``_array(m, k, spec)``: its address, shape and strides are ``meta``
+    entries. A view of an argument is built from the array passed in."""
+
+    def __init__(self, prog: _Program, boundary: FusedUpdate | None = None) -> None:
+        self.prog = prog
+        self.boundary = boundary
+        self.opt_roots: list[np.ndarray] = []   # kind "opt": the optimizer's buffers
+        self.meta: list[int] = []
+        self.lines: list[str] = []
+        self.params: list[str] = ["m"]
+        self.per_call: list[tuple[str, int]] = []   # ("in"|"der", index) per array param
+        self.keep: list[Any] = []                   # arrays the meta addresses point into
+        self.args: dict[tuple, str] = {}
+        self.views: dict[tuple, str] = {}
+        self.arena_slots: dict[int, tuple[str, int]] = {}
+        self.arenas: dict[str, np.ndarray] = {}
+
+    def slot(self, value: int) -> str:
+        self.meta.append(int(value))
+        return f"m[{len(self.meta) - 1}]"
+
+    def plan_arenas(self) -> None:
+        sizes: dict[str, int] = {}
+        for k, t in enumerate(self.prog.temps):
+            dt = np.dtype(t.dtype)
+            at = sizes.get(dt.str, 0)
+            step = max(1, _ALIGN // dt.itemsize)
+            self.arena_slots[k] = (dt.str, at)
+            sizes[dt.str] = at + -(-max(t.size, 1) // step) * step
+        for dts, total in sizes.items():
+            self.arenas[dts] = np.zeros(max(total, 1), np.dtype(dts))
+        self.keep += list(self.arenas.values())
+
+    def address(self, r: _Ref) -> int:
+        """Where the view ``r`` of a kept buffer starts in this process."""
+        if r.kind == "tmp":
+            dts, at = self.arena_slots[r.index]
+            return self.arenas[dts].__array_interface__["data"][0] + at * int(
+                np.dtype(dts).itemsize) + r.off
+        root = (self.opt_roots if r.kind == "opt" else self.prog.fixed)[r.index]
+        if not isinstance(root, np.ndarray):
+            raise _Unsupported("a persistent array that is not a host array")
+        self.keep.append(root)
+        return root.__array_interface__["data"][0] + r.off
+
+    def arg_root(self, r: _Ref) -> tuple[str, tuple, tuple]:
+        key = (r.kind, r.index)
+        var = self.args.get(key)
+        if var is None:
+            var = self.args[key] = f"a{len(self.per_call)}"
+            self.params.append(var)
+            self.per_call.append(key)
+        if r.kind == "in":
+            data = self.prog.inputs[r.index]
+            return var, _shape(data), _strides(data)
+        shape = self.prog.derived_shapes[r.index]    # a C-contiguous converted copy
+        return var, shape, _c_strides(shape, r.dtype.itemsize)
+
+    def view(self, r: _Ref) -> str:
+        key = r.desc()
+        if key in self.views:
+            return self.views[key]
+        if r.off % r.dtype.itemsize:
+            raise _Unsupported("a misaligned view")
+        if r.kind in ("tmp", "fix", "opt"):
+            k = len(self.meta)
+            self.meta += [self.address(r), *r.shape, *r.strides]
+            spec = f"{r.dtype.str}:{len(r.shape)}:{r.layout}"
+            return self.bind(key, f"_array(m, {k}, {spec!r})")
+        var, rshape, rstrides = self.arg_root(r)
+        item = r.dtype.itemsize
+        if r.off == 0 and (r.shape, r.strides) == (rshape, rstrides):
+            self.views[key] = var
+            return var
+        if r.off == 0 and len(r.shape) == 2 and r.shape == rshape[::-1] \
+                and r.strides == rstrides[::-1]:
+            return self.bind(key, f"{var}.T")
+        if _c_contiguous(rshape, rstrides, item):
+            flat = f"{var}.reshape(({self.slot(math.prod(rshape))},))"
+        elif len(rshape) == 2 and _c_contiguous(rshape[::-1], rstrides[::-1], item):
+            flat = f"{var}.T.reshape(({self.slot(math.prod(rshape))},))"
+        else:
+            raise _Unsupported("a view of a non-contiguous argument")
+        o, size, shape = r.off // item, math.prod(r.shape), r.shape
+        if r.layout == "C" or len(shape) == 0:
+            dims = "".join(f"{self.slot(n)}, " for n in shape)
+            return self.bind(key, f"{flat}[{o}:{o + size}].reshape(({dims}))")
+        if r.layout == "F" and len(shape) == 2:
+            dims = f"{self.slot(shape[1])}, {self.slot(shape[0])}"
+            return self.bind(key, f"{flat}[{o}:{o + size}].reshape(({dims})).T")
+        raise _Unsupported("a strided view of an argument")
+
+    def bind(self, key: tuple, expr: str) -> str:
+        var = f"v{len(self.views)}"
+        self.lines.append(f"    {var} = {expr}")
+        self.views[key] = var
+        return var
+
+    def kernel(self, fn: Callable, cargs: tuple, kwargs: dict) -> tuple[str, str]:
+        """(meta slot of the address, type text) of the overload eager mode ran."""
+        if not isinstance(fn, numba.core.registry.CPUDispatcher):
+            raise _Unsupported(f"{getattr(fn, '__name__', fn)} is not an @njit kernel")
+        if kwargs:
+            raise _Unsupported("a kernel called with keyword arguments")
+        sig = tuple(numba.typeof(a) for a in cargs)
+        cres = fn.overloads.get(sig)
+        if cres is None:   # eager dispatch converted to another overload: keep that one
+            raise _Unsupported(f"no exact overload of {fn.__name__} for {sig}")
+        if cres.signature.return_type != _nbtypes.none:
+            raise _Unsupported(f"kernel {fn.__name__} returns a value")
+        addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
+        if not addr:
+            raise _Unsupported(f"kernel {fn.__name__} has no C wrapper")
+        return self.slot(addr), "|".join(_type_text(t) for t in sig)
+
+    def arg(self, a: Any) -> str:
+        return self.view(a) if isinstance(a, _Ref) else _scalar_expr(a[1], self.meta)
+
+    def opt_ref(self, a: np.ndarray) -> _Ref:
+        root = _owner(a)
+        for k, r in enumerate(self.opt_roots):
+            if r is root:
+                break
+        else:
+            k = len(self.opt_roots)
+            self.opt_roots.append(root)
+        return _Ref("opt", k, _address(a) - _address(root), _shape(a), _strides(a), a.dtype,
+                    numba.typeof(a).layout)
+
+    def boundary_call(self) -> list[str]:
+        """The optimizer's window boundary, run when its ``ctl[0]`` says so."""
+        fused = self.boundary
+        refs = [self.opt_ref(a) if isinstance(a, np.ndarray) else ("s", a)
+                for a in fused.args]
+        addr, expect = self.kernel(fused.kernel, fused.args, {})
+        ctl = self.view(self.opt_ref(fused.ctl))
+        parts = ", ".join(self.arg(a) for a in refs)
+        return [f"    if {ctl}[0] != 0.0:",
+                f"        _call({addr}, ({parts},), {expect!r})   # the optimizer's update"]
+
+    def source(self) -> str:
+        prog = self.prog
+        self.plan_arenas()
+        # label checks come before any kernel: a bad label raises before anything is written
+        checks = []
+        for labels, classes in prog.labels:
+            var = self.view(labels)
+            c = self.slot(classes)
+            checks += [f"    for i in range({var}.size):",
+                       f"        if {var}[i] < 0 or {var}[i] >= {c}:",
+                       "            raise ValueError('ng.compile: a class label is out of range')"]
+        body = []
+        for (fn, name, rargs, _), (cargs, kwargs) in zip(prog.calls, prog.originals):
+            addr, expect = self.kernel(fn, cargs, kwargs)
+            parts = [self.arg(a) for a in rargs]
+            body.append(f"    _call({addr}, ({', '.join(parts)},), {expect!r})   # {name}")
+        if self.boundary is not None:
+            body += self.boundary_call()
+        loss = self.view(prog.loss)
+        index = ", ".join(["0"] * len(prog.loss.shape)) or "()"
+        lines = ['"""Generated by numbagrad.compile (a recorded training step); do not edit.',
+                 "",
+                 "Kernels are called through the addresses in ``m`` (their compiled C",
+                 'wrappers), arrays are views of the buffers whose addresses ``m`` holds."""',
+                 "import numpy as np",
+                 "from numba import njit",
+                 "from numbagrad.compile import _array, _call",
+                 "",
+                 "",
+                 "@njit(cache=True)",
+                 f"def step({', '.join(self.params)}):",
+                 *self.lines, *checks, *body,
+                 f"    return {loss}[{index}]",
+                 ""]
+        return "\n".join(lines)

@@ -1,0 +1,324 @@
+"""The runners: one signature's compiled step, as generated Python around the
+@njit function (CPU), a Python replay of the recorded launches (CUDA) or
+eager calls. ``run(args)`` returns the loss tensor or one of the sentinels.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import buffers
+from ..kernels.cpu.losses import first_bad_label
+from ..optim.fused import FusedUpdate
+from ..optim.window import Window
+from ..tensor import Tensor
+from .analysis import _Program, _Ref
+from .codegen import _Codegen
+from .geometry import _is_array, _key, _shape, _Unsupported, _view
+
+if TYPE_CHECKING:
+    from . import CompiledStep
+
+MAX_SIGNATURES = 8
+_STALE = object()        # a runner's answer: the recorded state no longer holds, record again
+_EAGER = object()        # a runner's answer: run this call eagerly (it reproduces eager's error)
+_MISS = object()         # a runner's answer: these arguments are not its signature
+_VERIFY = object()       # a runner's answer: record this call again and compare
+
+
+class _Entry:
+    """One signature's compiled step. ``run(args)`` returns the loss tensor
+    (the optimizer stepped) or one of the sentinels above."""
+
+    mode = "?"
+
+    def __init__(self, prog: _Program | None, args: tuple, key: tuple, owner: CompiledStep
+                 ) -> None:
+        self.prog = prog
+        self.key = key
+        self.count = [1, 2 if owner.verify else 0]   # calls so far, next verifying call
+        self.opt_step = owner.optimizer.step if owner.optimizer is not None else _no_step
+        if prog is not None:
+            self.state = [(p, p._data, p._acc) for p in prog.params]
+            self.param_args = [(i, args[i]) for i in prog.param_args]
+
+    def tick(self) -> bool:
+        """Count a call; True when this one should be recorded again and compared."""
+        count = self.count
+        count[0] += 1
+        if count[0] == count[1]:
+            count[1] *= 2
+            return True
+        return False
+
+    def fresh(self, args: tuple) -> bool:
+        for p, d, g in self.state:
+            if p._data is not d or p._acc is not g:
+                return False
+        for i, t in self.param_args:
+            if args[i] is not t:
+                return False
+        for i, j in self.prog.alias:
+            if _data(args[i]) is not _data(args[j]):
+                return False
+        return True
+
+
+def _no_step() -> None:
+    return None
+
+
+def _window_of(optimizer: Any) -> Window | None:
+    """A numbagrad optimizer's window (also through DistributedOptimizer), else None."""
+    win = getattr(optimizer, "_window", None)
+    return win if isinstance(win, Window) else None
+
+
+def _data(a: Any) -> Any:
+    return a._data if isinstance(a, Tensor) else a
+
+
+class _NjitEntry(_Entry):
+    """CPU: one generated @njit function, called by a generated Python runner
+    that checks the arguments against the signature itself (no key tuple)."""
+
+    mode = "njit"
+
+    def __init__(self, prog: _Program, args: tuple, key: tuple, owner: CompiledStep,
+                 gen: _Codegen, fn: Any) -> None:
+        super().__init__(prog, args, key, owner)
+        self.fn = fn
+        self.fused = gen.boundary
+        self.meta = np.array(gen.meta, np.int64)
+        self.keep = gen.keep
+        self.run = self._runner(gen, args)
+        # the recording's own arrays are not needed any more (the arena replaces them)
+        prog.originals, prog.temps, prog.inputs = [], [], {}
+
+    def _runner(self, gen: _Codegen, args: tuple) -> Callable:
+        prog = self.prog
+        loss = prog.loss
+        env: dict[str, Any] = {
+            "_fn": self.fn, "_meta": self.meta, "_MISS": _MISS, "_STALE": _STALE,
+            "_EAGER": _EAGER, "_VERIFY": _VERIFY, "_count": self.count, "_step": self.opt_step,
+            "_asc": np.ascontiguousarray, "_data": _data, "_rc": sys.getrefcount,
+            "_new": _LossMaker(prog.kern, loss.dtype, loss.shape), "_nd": np.ndarray}
+        fused = self.fused
+        if fused is not None:
+            env.update(_begin=fused.begin, _commit=fused.commit, _disarm=fused.disarm,
+                       _win=fused.win)
+        lines = ["def run(args):", f"    if len(args) != {len(args)}:", "        return _MISS"]
+        for i, a in enumerate(args):      # the signature, checked in place
+            env[f"_ty{i}"] = type(a)
+            lines.append(f"    a{i} = args[{i}]")
+            if isinstance(a, Tensor):
+                d = a._data
+                env[f"_s{i}"], env[f"_st{i}"], env[f"_dt{i}"] = d.shape, d.strides, d.dtype
+                env[f"_k{i}"] = a._kern
+                lines += [f"    if type(a{i}) is not _ty{i}:", "        return _MISS",
+                          f"    d{i} = a{i}._data",
+                          (f"    if d{i}.shape != _s{i} or d{i}.strides != _st{i} or "
+                           f"(d{i}.dtype is not _dt{i} and d{i}.dtype != _dt{i}) or "
+                           f"a{i}._kern is not _k{i} or "
+                           f"a{i}.requires_grad is not {a.requires_grad}:"),
+                          "        return _MISS"]
+            elif _is_array(a):
+                env[f"_s{i}"], env[f"_st{i}"], env[f"_dt{i}"] = a.shape, a.strides, a.dtype
+                lines += [(f"    if type(a{i}) is not _ty{i} or a{i}.shape != _s{i} or "
+                           f"a{i}.strides != _st{i} or "
+                           f"(a{i}.dtype is not _dt{i} and a{i}.dtype != _dt{i}):"),
+                          "        return _MISS",
+                          f"    d{i} = a{i}"]
+            else:
+                env[f"_v{i}"] = a
+                lines += [f"    if type(a{i}) is not _ty{i} or a{i} != _v{i}:",
+                          "        return _MISS"]
+        for k, (p, d, g) in enumerate(self.state):
+            env[f"_p{k}"], env[f"_pd{k}"], env[f"_pg{k}"] = p, d, g
+            lines += [f"    if _p{k}._data is not _pd{k} or _p{k}._acc is not _pg{k}:",
+                      "        return _STALE"]
+        for k, (i, t) in enumerate(self.param_args):
+            env[f"_t{k}"] = t
+            lines += [f"    if a{i} is not _t{k}:", "        return _STALE"]
+        for i, j in prog.alias:
+            lines += [f"    if d{i} is not d{j}:", "        return _STALE"]
+        lines += ["    c = _count[0] + 1", "    _count[0] = c", "    if c == _count[1]:",
+                  "        _count[1] = 2 * c", "        return _VERIFY"]
+        names = ["_meta"]
+        for j, (kind, idx) in enumerate(gen.per_call):
+            if kind == "in":
+                names.append(f"d{idx}")
+            else:
+                i, dtype = prog.derived[idx]
+                env[f"_ddt{j}"] = dtype
+                lines.append(f"    x{j} = _asc(d{i}, _ddt{j})")
+                names.append(f"x{j}")
+        if fused is not None:
+            # FusedUpdate.begin() inlined for a micro-step inside the window (the
+            # optimizer was adopted by no other: the params' buffers were checked)
+            lines += ["    w = _win",
+                      ("    if w.pos + 1 < w.accumulate_steps and w.hook is None and "
+                       "w.mode != 'map' and w.average != 'samples':"),
+                      f"        fz = {FusedUpdate.COUNT}", "    else:", "        fz = _begin()"]
+        # the step did not run: no window boundary stays armed
+        disarm = ["        _disarm()"] if fused is not None else []
+        lines += ["    try:", f"        v = _fn({', '.join(names)})",
+                  "    except ValueError:", *disarm, "        return _EAGER"]
+        if fused is not None:
+            lines += ["    except BaseException:", *disarm, "        raise"]
+        lines += [f"    _p{k}._live = True" for k in range(len(self.state))]
+        # a loss tensor nothing else holds (nor its array) is refilled, else a new one
+        lines += ["    for loss in _ring:", ("        if _rc(loss) == _idle[0] and "
+                                                "_rc(loss._data) == _idle[1]:"),
+                  "            loss._data[_index] = v", "            break", "    else:",
+                  "        loss = _new(v)",
+                  *([f"    if fz == {FusedUpdate.COUNT}:", "        w.mode = 'grad'",
+                     "        w.pos += 1", f"    elif fz == {FusedUpdate.CLOSE}:",
+                     "        _commit()", "    else:", "        _step()"]
+                    if fused is not None else ["    _step()"]),
+                  "    return loss",
+                  "", "", "def calibrate():",     # the same frame shape as the loop above
+                  "    for loss in _ring:", "        return _rc(loss), _rc(loss._data)"]
+        maker = env["_new"]
+        env.update(_ring=maker.ring, _idle=maker.idle, _index=maker.index)
+        self.source = "\n".join(lines)
+        exec(self.source, env)   # noqa: S102 (generated from the recording)
+        maker.calibrate = env["calibrate"]
+        return env["run"]
+
+
+class _LossMaker:
+    """Loss tensors for the values the @njit step returns. The runner refills
+    a tensor of ``ring`` that nothing outside holds (nor its array), as the
+    buffer pool reuses idle arrays; held ones are never touched. This makes
+    the new ones, up to four kept in the ring."""
+
+    __slots__ = ("calibrate", "dtype", "idle", "index", "kern", "ring", "shape")
+
+    def __init__(self, kern: ModuleType, dtype: np.dtype, shape: tuple) -> None:
+        self.kern, self.dtype, self.shape = kern, dtype, shape
+        self.index = (0,) * len(shape)
+        self.ring: list[Tensor] = []
+        self.idle = [-1, -1]       # reference counts of an idle ring tensor and its array
+        self.calibrate: Callable | None = None
+
+    def __call__(self, value: Any) -> Tensor:
+        t = Tensor(np.full(self.shape, value, self.dtype), self.kern)
+        ring = self.ring
+        if len(ring) < 4 and buffers.IDLE_REFS is not None and self.calibrate is not None:
+            if not ring:
+                ring.append(t)
+                refs, data_refs = self.calibrate()   # `t` here is one reference more
+                held = t._data
+                if self.calibrate()[1] == data_refs + 1:   # counts behave as expected
+                    self.idle[:] = [refs - 1, data_refs]
+                else:
+                    ring.clear()
+                del held
+            else:
+                ring.append(t)
+        return t
+
+
+class _ReplayEntry(_Entry):
+    """CUDA (or a CPU recording the generator cannot express): the recorded
+    kernel calls issued back to back from Python, with no tape work."""
+
+    mode = "replay"
+
+    def __init__(self, prog: _Program, args: tuple, key: tuple, owner: CompiledStep) -> None:
+        super().__init__(prog, args, key, owner)
+        self.kern = prog.kern
+        lref = prog.loss
+        if lref.kind != "tmp":
+            raise _Unsupported("the loss is not an op output")
+        # The loss buffer rotates through a small ring, as the pool would, so a
+        # loss tensor the caller keeps is never overwritten by a later call.
+        self.loss_root = prog.temps[lref.index]
+        self.loss_ref = lref
+        self.loss_views: dict[tuple, _Ref] = {lref.desc(): lref}
+        self.ring: list[list] = []
+        plan = []
+        for (fn, name, rargs, rkw), (cargs, kwargs) in zip(prog.calls, prog.originals):
+            fixed, dyn = list(cargs), []
+            for pos, a in enumerate(rargs):
+                if not isinstance(a, _Ref):
+                    continue
+                if a.kind == "tmp" and a.index == lref.index:
+                    dyn.append((pos, "loss", a.desc()))
+                    self.loss_views[a.desc()] = a
+                elif a.kind in ("in", "der"):
+                    dyn.append((pos, a.kind, a))
+                else:
+                    continue
+                fixed[pos] = None
+            if any(isinstance(v, _Ref) and (v.kind in ("in", "der") or (
+                    v.kind == "tmp" and v.index == lref.index)) for v in rkw.values()):
+                raise _Unsupported("a per-call keyword array")
+            plan.append((fn, tuple(fixed), dyn, kwargs))
+        self.plan = plan
+        self.labels = prog.labels
+        for pos, kind, a in (d for _, _, dyn, _ in plan for d in dyn):
+            if kind in ("in", "der"):   # fails now, not on a later call
+                root = prog.inputs[a.index] if kind == "in" else None
+                if root is not None:
+                    _view(root, a.off, a.shape, a.strides)
+
+    def ring_entry(self) -> list:
+        for entry in self.ring:
+            if sys.getrefcount(entry[0]) == entry[1]:
+                return entry
+        root = self.kern.empty(_shape(self.loss_root), self.loss_root.dtype)
+        views = {key: _view(root, r.off, r.shape, r.strides)
+                 for key, r in self.loss_views.items()}
+        entry = [views[self.loss_ref.desc()], 0, root, views]
+        if len(self.ring) < MAX_SIGNATURES:
+            self.ring.append(entry)
+            entry[1] = sys.getrefcount(entry[0])
+        return entry
+
+    def run(self, args: tuple) -> Any:
+        if _key(args) != self.key:
+            return _MISS
+        if not self.fresh(args):
+            return _STALE
+        if self.tick():
+            return _VERIFY
+        prog = self.prog
+        derived = [np.ascontiguousarray(args[i], dtype) for i, dtype in prog.derived]
+        for labels, classes in self.labels:
+            host = (_data(args[labels.index]) if labels.kind == "in"
+                    else derived[labels.index])
+            if isinstance(host, np.ndarray) and first_bad_label(host, classes) >= 0:
+                return _EAGER
+        ring = self.ring_entry()
+        views = ring[3]
+        for fn, fixed, dyn, kw in self.plan:
+            if dyn:
+                fixed = list(fixed)
+                for pos, kind, a in dyn:
+                    if kind == "loss":
+                        fixed[pos] = views[a]
+                    elif kind == "in":
+                        fixed[pos] = _view(_data(args[a.index]), a.off, a.shape, a.strides)
+                    else:
+                        fixed[pos] = _view(derived[a.index], a.off, a.shape, a.strides)
+            fn(*fixed, **kw)
+        for p, _, _ in self.state:
+            p._live = True
+        loss = Tensor(ring[0], self.kern)
+        self.opt_step()
+        return loss
+
+
+class _EagerEntry(_Entry):
+    """A signature whose recording cannot be replayed: every call runs eagerly."""
+
+    mode = "eager"
+
+    def run(self, args: tuple) -> Any:
+        return _MISS if _key(args) != self.key else _EAGER
