@@ -2,7 +2,8 @@
 
 Generated modules are read and written only in a folder owned by this user
 with mode 0700; a module found there runs only if it holds exactly the
-source its name is the hash of.
+source its name is the hash of. The loaded modules (``_modules``) and the
+refused folders (``_refused``) are this module's state: patch them here.
 """
 from __future__ import annotations
 
