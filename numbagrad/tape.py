@@ -197,23 +197,20 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
         node.backward(ctx, node, pending.pop(node, None))
         node.done = True
         node.saved = ()
-    if not collect:
-        for t, g in ctx.calls.items():   # the deferred params' gradients
-            t._kern.axpby(1.0, g, 1.0, t._accumulator())
-            t._live = True
-        return None
-    for t in ctx.calls:
-        owner = t._owner
-        if owner is not None and owner._window.thread != ctx.thread:
-            owner._window.claim("backward()")
-    grads = {}
-    for t, g in ctx.calls.items():
+    calls = ctx.calls
+    if collect:
+        for t in calls:   # every window first: a refused one leaves every .grad as it was
+            if t._owner is not None:
+                t._owner._window.claim("backward()")
+    for t, g in calls.items():   # the per-call gradients (collected, or deferred by an alias)
         t._kern.axpby(1.0, g, 1.0, t._accumulator())
         t._live = True
+    if not collect:
+        return None
+    for g in calls.values():
         if isinstance(g, np.ndarray):
             g.flags.writeable = False
-        grads[t.id] = g
-    return MappingProxyType(grads)
+    return MappingProxyType({t.id: g for t, g in calls.items()})
 
 
 def backward(loss: Tensor) -> Mapping[int, Any]:

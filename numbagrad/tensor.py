@@ -7,7 +7,6 @@ that every backward pass adds into until it is cleared.
 from __future__ import annotations
 
 import itertools
-import threading
 import weakref
 from types import ModuleType
 from typing import Any
@@ -325,9 +324,8 @@ class Tensor:
     def _claim_window(self) -> None:
         """Take this param's optimizer window for the calling thread, or raise
         (an optimizer's window is one thread's: optim/window.py)."""
-        owner = self._owner
-        if owner is not None and owner._window.thread != threading.get_ident():
-            owner._window.claim(".grad = ...")
+        if self._owner is not None:
+            self._owner._window.claim(".grad = ...")
 
     def _accumulator(self) -> Any:
         """This param's gradient buffer, created zeroed on first use."""

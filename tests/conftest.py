@@ -89,6 +89,17 @@ def mse_loss_of(dev: Dev, W, x, y, reduction="mean"):
         return ng.mse_loss(ng.matmul(W, dev.tensor(x)), dev.tensor(y), reduction=reduction)
 
 
+def inputs(shapes, seed: int = 0) -> list:
+    """Random normal float64 arrays of ``shapes`` (the op tables' inputs)."""
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=s) for s in shapes]
+
+
+def weighted_sum(out, weights):
+    """A loss that gives every output element its own upstream gradient."""
+    return (out * weights).sum() if out.ndim else out * weights.reshape(())
+
+
 def assert_grads_like_torch(name: str, params: list, torch_inputs: list, grads, *,
                             rtol: float, atol: float, finite_only: bool = False) -> None:
     """Each param's gradient in ``grads`` (what ``ng.backward`` returned) equals

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import numbagrad as ng
-from conftest import assert_grads_like_torch
+from conftest import assert_grads_like_torch, inputs, weighted_sum
 
 BROADCASTS = [((3, 4), (4,)), ((3, 4), (3, 1)), ((3, 4), (1, 4)), ((4,), (3, 4)),
               ((3, 1), (1, 4)), ((3, 4), (3, 4)), ((), (3, 4)), ((3, 4), ()), ((5,), (5,))]
@@ -133,16 +133,6 @@ def like(x, array):
 
 TARGET_P = np.random.default_rng(7).uniform(size=(3, 4))
 LABELS = np.array([3, 0, 2])
-
-
-def inputs(shapes, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.normal(size=s) for s in shapes]
-
-
-def weighted_sum(out, weights):
-    """A loss that gives every output element its own upstream gradient."""
-    return (out * weights).sum() if out.ndim else out * weights.reshape(())
 
 
 @pytest.mark.parametrize("name, shapes, f, g", CASES, ids=[c[0] for c in CASES])

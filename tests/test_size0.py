@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import numbagrad as ng
-from conftest import assert_grads_like_torch
+from conftest import assert_grads_like_torch, inputs, weighted_sum
 from numbagrad import buffers, kernels
 
 UNARY = [("relu", ng.relu, torch.relu), ("leaky_relu", ng.leaky_relu, F.leaky_relu),
@@ -108,11 +108,6 @@ def poisoned(monkeypatch):
     buffers.clear()
 
 
-def inputs(shapes):
-    rng = np.random.default_rng(0)
-    return [rng.normal(size=s) for s in shapes]
-
-
 @pytest.mark.parametrize("name, shapes, f, g", CASES, ids=[c[0] for c in CASES])
 def test_size0_op_matches_torch(dev, poisoned, name, shapes, f, g):
     arrays = inputs(shapes)
@@ -122,8 +117,7 @@ def test_size0_op_matches_torch(dev, poisoned, name, shapes, f, g):
     weights = np.random.default_rng(1).normal(size=tuple(want.shape))
     with ng.grad_tape():
         out = f(*ps)
-        w = dev.tensor(weights)
-        loss = (out * w).sum() if out.ndim else out * w.reshape(())
+        loss = weighted_sum(out, dev.tensor(weights))
     assert out.shape == tuple(want.shape), name
     np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-15)
     grads = ng.backward(loss)

@@ -104,7 +104,7 @@ class CompiledStep:
 
     def __call__(self, *args: Any) -> Tensor:
         win = self._window   # the optimizer's window is one thread's (optim/window.py)
-        if win is not None and win.thread != threading.get_ident():
+        if win is not None and win.thread != threading.get_ident():   # inline: hot path
             win.claim("a compiled step (ng.compile)")
         try:   # one frame, no helper call: this is the compiled step's hot path
             entry = self._last

@@ -29,8 +29,7 @@ def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 
 
 def _scale(reduction: str, count: int) -> float:
-    """The loss sum's scale: 1 for "sum", 1 / count for "mean", whose mean
-    over nothing is nan (the kernels' empty sum, 0, times nan), as PyTorch."""
+    """The loss sum's scale: 1 for "sum", ``mean_scale(count)`` for "mean"."""
     return 1.0 if reduction == "sum" else mean_scale(count)
 
 

@@ -148,8 +148,7 @@ class Optimizer:
             win.pos += 1
             return False
         self._check_usable()
-        if win.thread != get_ident():
-            win.claim("step()")
+        win.claim("step()")
         try:
             n = win.check_samples(samples)
             plan = win.plan(grads)
@@ -189,8 +188,7 @@ class Optimizer:
         """
         self._check_usable()
         win = self._window
-        if win.thread != get_ident():
-            win.claim("flush()")
+        win.claim("flush()")
         try:
             positions = win.pos if win.hook is None else win.hook.total_positions(win.pos)
             if not positions:
@@ -211,8 +209,7 @@ class Optimizer:
         """
         self._check_usable()
         win = self._window
-        if win.thread != get_ident():
-            win.claim("zero_grad()")
+        win.claim("zero_grad()")
         try:
             win.zero_grad()
         finally:
@@ -289,8 +286,7 @@ class Optimizer:
         """Restore ``state_dict()`` output; checks everything before changing anything."""
         self._check_usable()
         win = self._window
-        if win.thread != get_ident():
-            win.claim("load_state_dict()")
+        win.claim("load_state_dict()")
         try:
             self._load_state_dict(state)
         except BaseException:

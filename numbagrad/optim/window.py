@@ -65,8 +65,7 @@ class Window:
         self.last_grad_norm: float | None = None
         self.hook: WindowHook | None = None
         self.all_live = False        # update every param, reached or not (distributed)
-        # The ident of the thread holding the window, or None. Callers compare it
-        # with threading.get_ident() and call claim() only when it differs.
+        # The ident of the thread holding the window, or None (see claim).
         self.thread: int | None = None
 
     # ------------------------------------------------------- threads
@@ -76,7 +75,11 @@ class Window:
         A thread that holds the window is the only one that changes
         ``thread`` (``release``); the lock makes two threads' takeovers of a
         free window (or one whose holder has ended) one after the other.
+        (The hot paths, the backward pass per param and a compiled step, make
+        the holder check inline before calling.)
         """
+        if self.thread == threading.get_ident():
+            return
         with _CLAIMING:
             self.check_free(what)
             self.thread = threading.get_ident()
