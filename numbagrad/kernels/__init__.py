@@ -5,13 +5,25 @@ destination-passing signatures, plus ``empty``, ``from_host``, ``to_host`` and
 ``is_device_array``. Callers look a module up here and never branch on the
 device themselves. The CUDA module is imported on first use only, so CPU-only
 programs never pay for importing ``numba.cuda``.
+
+Code outside ``kernels/`` (the ops, the tape, the optimizers, ...) reaches a
+device only through the entry points below: ``call`` runs a kernel (and
+picks its threaded twin), ``empty``/``from_host``/``to_host`` allocate and
+copy, ``host_copy`` marks a function that copies host data, and
+``buffers.take`` hands out work arrays. ``observe`` subscribes one
+observer (``ng.compile``'s recorder) to all of them; ``tests/test_hook.py``
+fails if an op reaches a kernel any other way.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import ModuleType
+from typing import Any, Protocol
 
 DEVICES = ("cpu", "cuda")
 _loaded: dict[str, ModuleType] = {}
@@ -86,3 +98,104 @@ def get(device: str) -> ModuleType:
         module = importlib.import_module(f"numbagrad.kernels.{device}")
         _loaded[device] = module
     return module
+
+
+# ------------------------------------------------------------ the hook
+class Observer(Protocol):
+    """What ``observe`` subscribes: told of every kernel call, allocation and
+    host copy (from any thread: the observer filters)."""
+
+    def kernel(self, fn: Callable, name: str, args: tuple) -> None:
+        """Kernel ``name`` (the variant that runs, e.g. "unary_mt") is about to
+        run as ``fn(*args)``."""
+
+    def fresh(self, array: Any) -> None:
+        """``empty`` made ``array`` (an accumulator, a flat buffer)."""
+
+    def temp(self, kern: ModuleType, shape: tuple, dtype: Any) -> Any:
+        """A work array for ``buffers.take``, or None to take one from the pool."""
+
+    def host_read(self) -> None:
+        """``to_host`` is about to copy device data to the host."""
+
+    def host_copy(self, copy: Any, source: Any) -> None:
+        """``copy`` was made from ``source`` (host data, or a host copy of it)."""
+
+
+_observer: Observer | None = None
+
+
+@contextlib.contextmanager
+def observe(observer: Observer) -> Iterator[Observer]:
+    """Subscribe ``observer`` to every entry point while the block runs (one
+    observer at a time: a second one raises)."""
+    global _observer
+    if _observer is not None:
+        raise RuntimeError("kernels.observe: another observer is subscribed (one at a time)")
+    _observer = observer
+    try:
+        yield observer
+    finally:
+        _observer = None
+
+
+def table(namespace: Mapping[str, Any], names: Iterable[str]) -> dict[str, tuple]:
+    """A device module's ``KERNELS``: name -> ((serial, name), (threaded, its name)),
+    the threaded twin being ``name + "_mt"`` where ``namespace`` has one (else
+    the serial kernel again)."""
+    out = {}
+    for name in names:
+        serial = (namespace[name], name)
+        twin = name + "_mt"
+        out[name] = (serial, (namespace[twin], twin) if twin in namespace else serial)
+    return out
+
+
+def call(kern: ModuleType, name: str, size: int, *args: Any) -> Any:
+    """Run kernel ``name`` of device module ``kern`` on ``args``: its threaded
+    twin when the call touches ``size >= kern.MT_MIN`` elements (on CUDA,
+    never). The one way code outside ``kernels/`` runs a kernel."""
+    try:
+        fn, variant = kern.KERNELS[name][size >= kern.MT_MIN]
+    except KeyError:
+        raise LookupError(f"the {kern.name} kernels have no kernel {name!r}; known: "
+                          f"{sorted(kern.KERNELS)}") from None
+    if _observer is not None:
+        _observer.kernel(fn, variant, args)
+    return fn(*args)
+
+
+def empty(kern: ModuleType, shape: tuple, dtype: Any) -> Any:
+    """An uninitialised array on ``kern``'s device that its caller keeps
+    (work arrays come from ``buffers.take`` instead)."""
+    array = kern.empty(shape, dtype)
+    if _observer is not None:
+        _observer.fresh(array)
+    return array
+
+
+def from_host(kern: ModuleType, host: Any) -> Any:
+    """Host data as a new array on ``kern``'s device (a copy)."""
+    array = kern.from_host(host)
+    if _observer is not None:
+        _observer.host_copy(array, host)
+    return array
+
+
+def to_host(kern: ModuleType, array: Any) -> Any:
+    """A host copy of ``array``, a device array of ``kern``."""
+    if _observer is not None:
+        _observer.host_read()
+    return kern.to_host(array)
+
+
+def host_copy(fn: Callable) -> Callable:
+    """Mark ``fn(source, ...)`` as returning a host copy of ``source``, so an
+    observer knows where the copy came from."""
+    @functools.wraps(fn)
+    def copied(source: Any, *args: Any, **kwargs: Any) -> Any:
+        copy = fn(source, *args, **kwargs)
+        if _observer is not None:
+            _observer.host_copy(copy, source)
+        return copy
+    return copied

@@ -6,11 +6,11 @@ same signatures, so the op and optimizer layers never branch on the device.
 One module per op family; this one re-exports them with the memory helpers.
 
 A kernel ``foo`` that pays for threads on large arrays has a twin
-``foo_mt`` (``parallel=True``, same signature, same bits); the op layer
-calls ``kern.foo_mt if n >= kern.MT_MIN else kern.foo`` for a call that
-touches n elements. ``MT_MIN`` comes from ``NUMBAGRAD_PARALLEL_MIN`` (see
-``_threads``); the CUDA module has the same names (``foo_mt`` is ``foo``,
-``MT_MIN`` never reached).
+``foo_mt`` (``parallel=True``, same signature, same bits);
+``kernels.call(kern, "foo", n, ...)`` runs the twin for a call that touches
+n >= ``MT_MIN`` elements. ``MT_MIN`` comes from ``NUMBAGRAD_PARALLEL_MIN``
+(see ``_threads``). ``KERNELS`` lists every kernel ``call`` may run; the
+CUDA module's has the same names.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
 from .matmul import gemm, linear  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
+from .optim import __all__ as _optim_names
+from .. import table as _table
 
 name = "cpu"
 
@@ -61,3 +63,9 @@ def synchronize() -> None:
 
 def is_c_contiguous(array) -> bool:
     return array.flags.c_contiguous
+
+
+KERNELS = _table(globals(), (
+    "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
+    "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
+    "unary_backward", "upload", *_optim_names))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 
+from .. import table as _table
 from ._core import (MAX_BLOCKS, THREADS, TILE, WPT, empty, from_host,  # noqa: F401
                     is_c_contiguous, is_device_array, kernel_sources, launch_count,
                     synchronize, to_host, transfer_count, upload)
@@ -24,14 +25,14 @@ from .elementwise import (axpby, binary, binary_backward, fill, scaled_add,  # n
 from .losses import cross_entropy, mse, pointwise_loss
 from .matmul import gemm, linear  # noqa: F401
 from .optim import *  # noqa: F403  (every name in optim.__all__)
+from .optim import __all__ as _optim_names
 from .reductions import softmax, softmax_backward
 
 name = "cuda"
 
-# The CPU module's threaded twins (see kernels/cpu): the op layer picks
-# ``kern.foo_mt if n >= kern.MT_MIN else kern.foo``; on CUDA that is always foo.
+# No threaded twins: ``kernels.call`` never reaches MT_MIN here.
 MT_MIN = sys.maxsize
-axpby_mt, binary_mt, binary_backward_mt, scaled_add_mt, sum_to_mt, unary_mt, \
-    unary_backward_mt = axpby, binary, binary_backward, scaled_add, sum_to, unary, unary_backward
-cross_entropy_mt, mse_mt, pointwise_loss_mt = cross_entropy, mse, pointwise_loss
-softmax_mt, softmax_backward_mt = softmax, softmax_backward
+KERNELS = _table(globals(), (
+    "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
+    "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
+    "unary_backward", "upload", *_optim_names))
