@@ -23,6 +23,8 @@ from types import ModuleType
 
 import numpy as np
 
+from . import kernels
+
 _MAX_PER_KEY = 8
 _lock = threading.Lock()     # taken by retire and clear only
 
@@ -88,6 +90,11 @@ IDLE_REFS: int | None = None if os.environ.get("NUMBAGRAD_NO_POOL") == "1" else 
 
 def take(kern: ModuleType, shape: tuple, dtype) -> object:
     """An array of ``shape``/``dtype`` on ``kern``'s device, contents undefined."""
+    observer = kernels._observer
+    if observer is not None:        # ng.compile recording: a fresh array, never pooled
+        array = observer.temp(kern, shape, dtype)
+        if array is not None:
+            return array
     if IDLE_REFS is None:
         return kern.empty(shape, dtype)
     key = (shape, dtype, kern)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from . import kernels
 from .optim import Optimizer
 from .optim._checks import collect_params
 from .optim.groups import TAIL, decode_count, encode_count
@@ -134,7 +135,7 @@ def broadcast_parameters(params: Any, root: int = 0) -> None:
         else:
             host = p.numpy()
             comm.Bcast(host, root=root)
-            p._kern.upload(host, p.data)
+            kernels.call(p._kern, "upload", 0, host, p.data)
 
 
 class DistributedOptimizer:
@@ -199,14 +200,14 @@ class DistributedOptimizer:
             else:
                 kern = self._opt._window.groups[index].kern
                 if count is not None:
-                    kern.upload(encode_count(count), flat[n:n + TAIL])
+                    kernels.call(kern, "upload", 0, encode_count(count), flat[n:n + TAIL])
                 # Launches are asynchronous and MPI reads device memory
                 # directly: the gradient kernels must have finished first.
                 kern.synchronize()
                 self._comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
                 if count is not None:
-                    total = decode_count(kern.to_host(flat[n:n + TAIL]))
-                    kern.fill(flat[n:n + TAIL], 0.0)
+                    total = decode_count(kernels.to_host(kern, flat[n:n + TAIL]))
+                    kernels.call(kern, "fill", 0, flat[n:n + TAIL], 0.0)
             self.allreduce_calls += 1
         self.allreduce_seconds += time.perf_counter() - start
         return self._comm.Get_size(), total

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
+from . import kernels, ops
 from .ops._common import is_scalar
 from .tensor import Tensor, param
 
@@ -98,7 +98,7 @@ class Module:
                                 f"param has {p.dtype}; convert it first")
             arrays[name] = array
         for name, p in mine.items():
-            p._kern.upload(arrays[name], p._data)
+            kernels.call(p._kern, "upload", 0, arrays[name], p._data)
 
     def to(self, device: str) -> Module:
         """Move every param to ``device`` in place (new params; an optimizer

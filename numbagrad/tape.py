@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from . import buffers
+from . import buffers, kernels
 from .tensor import Tensor, _seen, _wrappers
 
 
@@ -96,7 +96,7 @@ class _Backward:
         # A param's per-call gradient goes to the caller, so it is a fresh
         # array; an intermediate's lives only in this pass, so it is pooled.
         data = t._data
-        array = (t._kern.empty(data.shape, data.dtype) if node is None
+        array = (kernels.empty(t._kern, data.shape, data.dtype) if node is None
                  else buffers.take(t._kern, data.shape, data.dtype))
         store[key] = array
         return array, 0.0
@@ -110,7 +110,7 @@ class _Backward:
             self.pending[node] = grad
             return
         array, beta = self.dest(t)
-        t._kern.axpby(1.0, grad, beta, array)
+        kernels.call(t._kern, "axpby", 0, 1.0, grad, beta, array)
 
 
 def _reverse_order(root: Node) -> list[Node]:
@@ -203,7 +203,7 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
             if t._owner is not None:
                 t._owner._window.claim("backward()")
     for t, g in calls.items():   # the per-call gradients (collected, or deferred by an alias)
-        t._kern.axpby(1.0, g, 1.0, t._accumulator())
+        kernels.call(t._kern, "axpby", 0, 1.0, g, 1.0, t._accumulator())
         t._live = True
     if not collect:
         return None

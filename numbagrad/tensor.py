@@ -103,7 +103,7 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A host copy of the data (never shares memory with the tensor)."""
-        return self._kern.to_host(self._data)
+        return kernels.to_host(self._kern, self._data)
 
     def item(self) -> float:
         """The value of a one-element tensor as a Python float."""
@@ -264,7 +264,7 @@ class Tensor:
         if device == self.device:
             return self
         kern = kernels.get(device)
-        return Tensor(kern.from_host(self.numpy()), kern, self.is_param)
+        return Tensor(kernels.from_host(kern, self.numpy()), kern, self.is_param)
 
     def backward(self) -> None:
         """Add this loss's gradients into every reached param's ``.grad``.
@@ -300,7 +300,7 @@ class Tensor:
         if value is None:
             self._claim_window()
             if self._live:
-                self._kern.fill(self._acc, 0.0)
+                kernels.call(self._kern, "fill", 0, self._acc, 0.0)
                 self._live = False
             if self._owner is not None:
                 self._owner._window.release_if_idle()
@@ -318,7 +318,7 @@ class Tensor:
         self._claim_window()
         acc = self._accumulator()
         if value is not acc:
-            self._kern.axpby(1.0, value, 0.0, acc)
+            kernels.call(self._kern, "axpby", 0, 1.0, value, 0.0, acc)
         self._live = True
 
     def _claim_window(self) -> None:
@@ -330,13 +330,14 @@ class Tensor:
     def _accumulator(self) -> Any:
         """This param's gradient buffer, created zeroed on first use."""
         if self._acc is None:
-            acc = self._kern.empty(self.shape, self.dtype)
-            self._kern.fill(acc, 0.0)
+            acc = kernels.empty(self._kern, self.shape, self.dtype)
+            kernels.call(self._kern, "fill", 0, acc, 0.0)
             self._acc = acc
         return self._acc
 
 
 # ---------------------------------------------------------------- builders
+@kernels.host_copy
 def _host_array(data: Any, dtype: Any) -> np.ndarray:
     if isinstance(data, Tensor):
         data = data.numpy()
@@ -366,13 +367,13 @@ def tensor(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
     convert). 0-d, 1-D and 2-D data only.
     """
     kern = kernels.get(device)
-    return Tensor(kern.from_host(_host_array(data, dtype)), kern)
+    return Tensor(kernels.from_host(kern, _host_array(data, dtype)), kern)
 
 
 def param(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
     """A trainable leaf: ``ng.tensor`` with ``requires_grad=True``."""
     kern = kernels.get(device)
-    return Tensor(kern.from_host(_host_array(data, dtype)), kern, requires_grad=True)
+    return Tensor(kernels.from_host(kern, _host_array(data, dtype)), kern, requires_grad=True)
 
 
 def as_tensor(array: Any) -> Tensor:

@@ -5,6 +5,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from . import kernels
 from .tape import backward, grad_tape
 from .tensor import Tensor
 
@@ -13,9 +14,9 @@ def _central_difference(loss_fn: Callable[[], Tensor], p: Tensor, base: np.ndarr
                         step: np.ndarray) -> float:
     """(f(p + step) - f(p - step)) / 2, evaluated with p's data set in place."""
     kern = p._kern
-    kern.upload(base + step, p.data)
+    kernels.call(kern, "upload", 0, base + step, p.data)
     up = loss_fn().item()
-    kern.upload(base - step, p.data)
+    kernels.call(kern, "upload", 0, base - step, p.data)
     down = loss_fn().item()
     return (up - down) / 2
 
@@ -28,7 +29,7 @@ def _derivatives(loss_fn: Callable[[], Tensor], p: Tensor, directions: Iterable[
     try:
         return [_central_difference(loss_fn, p, base, eps * d) / eps for d in directions]
     finally:
-        p._kern.upload(base, p.data)
+        kernels.call(p._kern, "upload", 0, base, p.data)
 
 
 def numeric_grad(loss_fn: Callable[[], Tensor], p: Tensor, eps: float) -> np.ndarray:
@@ -61,7 +62,7 @@ def gradcheck(loss_fn: Callable[[], Tensor], params: Sequence[Tensor], *,
     for n, p in enumerate(params):
         if p.id not in analytic:
             raise AssertionError(f"params[{n}] (shape {p.shape}) got no gradient")
-        got = np.asarray(p._kern.to_host(analytic[p.id]), np.float64)
+        got = np.asarray(kernels.to_host(p._kern, analytic[p.id]), np.float64)
         if directions is None:
             want = numeric_grad(loss_fn, p, eps)
         else:

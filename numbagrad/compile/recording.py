@@ -1,124 +1,70 @@
 """Recording: every kernel call, buffer and host copy of one eager run of ``fn``.
 
-The recorder patches the public kernel attributes of the kernel modules,
-``tensor._host_array``, ``losses._as_int64`` and ``buffers.take`` for the
-duration of the run (so ops must reach kernels only as ``kern.<name>``).
+The recorder subscribes to the kernels' entry points (``kernels.observe``):
+ops reach a device only through ``kernels.call``, ``kernels.empty``,
+``kernels.from_host``/``to_host``, functions marked ``kernels.host_copy`` and
+``buffers.take``, so it sees everything the step does without patching a
+module.
 """
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from .. import buffers
-from .. import tensor as tensor_module
-from ..ops import losses as losses_module
+from .. import kernels
 from ..tensor import Tensor
 
-# kernel-module attributes that are not kernels: never recorded
-_NOT_KERNELS = frozenset({"empty", "from_host", "to_host", "is_device_array", "is_c_contiguous",
-                          "launch_count", "transfer_count", "synchronize", "kernel_sources"})
 _capture_lock = threading.RLock()
 
 
 class _Recording:
-    """Kernel calls and buffers of one eager run of ``fn`` in one thread."""
+    """Kernel calls and buffers of one eager run of ``fn`` in one thread (a
+    ``kernels.Observer``: other threads' calls are not recorded)."""
 
     def __init__(self) -> None:
         self.thread = threading.get_ident()
         self.calls: list[tuple[Callable, str, tuple, dict]] = []
         self.temps: list[Any] = []       # what buffers.take handed out (fresh arrays)
-        self.fresh: list[Any] = []       # other arrays made by kern.empty (accumulators)
-        self.host_reads = 0              # kern.to_host calls: fn read a value
+        self.fresh: list[Any] = []       # other arrays made by kernels.empty (accumulators)
+        self.host_reads = 0              # kernels.to_host calls: fn read a value
         # Host copies that ops made of their operands (coerce, labels): id of
         # the copy -> (copy, the object it was made from). An argument's copy
         # is re-made from the new argument at replay; any other is a constant.
         self.copies: dict[int, tuple[Any, Any]] = {}
 
+    def kernel(self, fn: Callable, name: str, args: tuple) -> None:
+        if threading.get_ident() == self.thread:
+            self.calls.append((fn, name, args, {}))
 
-@contextlib.contextmanager
-def _recording():
-    """Record every kernel call of this thread; ``buffers.take`` hands out
-    fresh arrays (so nothing recorded aliases the pool). Restored on exit."""
-    rec = _Recording()
-    tid = rec.thread
-    get_ident = threading.get_ident
-    patched: list[tuple[Any, str, Any]] = []
+    def allocated(self, array: Any) -> None:
+        if threading.get_ident() == self.thread:
+            self.fresh.append(array)
 
-    def kernel(name: str, fn: Callable) -> Callable:
-        def recorded(*args, **kwargs):
-            if get_ident() == tid:
-                rec.calls.append((fn, name, args, kwargs))
-            return fn(*args, **kwargs)
-        return recorded
-
-    def empty(fn: Callable) -> Callable:
-        def recorded(shape, dtype):
-            array = fn(shape, dtype)
-            if get_ident() == tid:
-                rec.fresh.append(array)
-            return array
-        return recorded
-
-    def to_host(fn: Callable) -> Callable:
-        def recorded(array):
-            if get_ident() == tid:
-                rec.host_reads += 1
-            return fn(array)
-        return recorded
-
-    def host_copy(fn: Callable) -> Callable:
-        def recorded(source, *args, **kwargs):
-            array = fn(source, *args, **kwargs)
-            if get_ident() == tid:
-                rec.copies[id(array)] = (array, source)
-            return array
-        return recorded
-
-    take = buffers.take
-
-    def fresh_take(kern, shape, dtype):
-        if get_ident() != tid:
-            return take(kern, shape, dtype)
-        array = getattr(kern.empty, "__wrapped_empty__", kern.empty)(shape, dtype)
-        rec.temps.append(array)
+    def temp(self, kern: ModuleType, shape: tuple, dtype: Any) -> Any:
+        """A fresh array for ``buffers.take`` (so nothing recorded aliases the pool)."""
+        if threading.get_ident() != self.thread:
+            return None
+        array = kern.empty(shape, dtype)
+        self.temps.append(array)
         return array
 
-    with _capture_lock:
-        try:
-            for modname in ("numbagrad.kernels.cpu", "numbagrad.kernels.cuda"):
-                module = sys.modules.get(modname)
-                if module is None:
-                    continue
-                for name, value in list(vars(module).items()):
-                    if name.startswith("_") or not callable(value) \
-                            or isinstance(value, (type, ModuleType)):
-                        continue
-                    if name == "empty":
-                        wrapper = empty(value)
-                        wrapper.__wrapped_empty__ = value
-                    elif name == "to_host":
-                        wrapper = to_host(value)
-                    elif name == "from_host":
-                        wrapper = host_copy(value)
-                    elif name in _NOT_KERNELS:
-                        continue
-                    else:
-                        wrapper = kernel(name, value)
-                    patched.append((module, name, value))
-                    setattr(module, name, wrapper)
-            for module, name in ((tensor_module, "_host_array"), (losses_module, "_as_int64")):
-                patched.append((module, name, getattr(module, name)))
-                setattr(module, name, host_copy(getattr(module, name)))
-            buffers.take = fresh_take
-            yield rec
-        finally:
-            buffers.take = take
-            for module, name, value in reversed(patched):
-                setattr(module, name, value)
+    def host_read(self) -> None:
+        if threading.get_ident() == self.thread:
+            self.host_reads += 1
+
+    def host_copy(self, copy: Any, source: Any) -> None:
+        if threading.get_ident() == self.thread:
+            self.copies[id(copy)] = (copy, source)
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[_Recording]:
+    """Record every kernel call of this thread until the block ends."""
+    with _capture_lock, kernels.observe(_Recording()) as rec:
+        yield rec
 
 
 def _copied_from(rec: _Recording, array: Any) -> Any:

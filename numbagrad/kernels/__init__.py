@@ -109,7 +109,7 @@ class Observer(Protocol):
         """Kernel ``name`` (the variant that runs, e.g. "unary_mt") is about to
         run as ``fn(*args)``."""
 
-    def fresh(self, array: Any) -> None:
+    def allocated(self, array: Any) -> None:
         """``empty`` made ``array`` (an accumulator, a flat buffer)."""
 
     def temp(self, kern: ModuleType, shape: tuple, dtype: Any) -> Any:
@@ -170,7 +170,7 @@ def empty(kern: ModuleType, shape: tuple, dtype: Any) -> Any:
     (work arrays come from ``buffers.take`` instead)."""
     array = kern.empty(shape, dtype)
     if _observer is not None:
-        _observer.fresh(array)
+        _observer.allocated(array)
     return array
 
 

@@ -97,7 +97,7 @@ def contiguous(t: Tensor) -> Any:
     if kern.is_c_contiguous(data):
         return data
     copy = buffers.take(kern, data.shape, data.dtype)
-    (kern.unary_mt if copy.size >= kern.MT_MIN else kern.unary)(
+    kernels.call(kern, "unary", copy.size,
         0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
     return copy
 
@@ -105,7 +105,7 @@ def contiguous(t: Tensor) -> Any:
 def ones(kern: ModuleType, shape: tuple, dtype: Any) -> Any:
     """A pooled array of ones: the seed gradient of a one-element loss."""
     array = buffers.take(kern, shape, dtype)
-    kern.fill(array, 1.0)
+    kernels.call(kern, "fill", 0, array, 1.0)
     return array
 
 

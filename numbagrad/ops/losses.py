@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import buffers
+from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
@@ -25,7 +25,7 @@ def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         return
     dest, beta = ctx.dest(x)
     kern = x._kern
-    (kern.scaled_add_mt if grad.size >= kern.MT_MIN else kern.scaled_add)(gout, grad, beta, dest)
+    kernels.call(kern, "scaled_add", grad.size, gout, grad, beta, dest)
 
 
 def _scale(reduction: str, count: int) -> float:
@@ -63,7 +63,7 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
 def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
     loss = buffers.take(kern, (), pd.dtype)
     resid = buffers.take(kern, pd.shape, pd.dtype)
-    (kern.mse_mt if pd.size >= kern.MT_MIN else kern.mse)(
+    kernels.call(kern, "mse", pd.size,
         pd, td, loss, resid, _scale(reduction, pd.size))
     return result(loss, kern, (pred,), _loss_backward, (resid,))
 
@@ -83,7 +83,7 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
     loss = buffers.take(kern, (), dtype)
     grad = buffers.take(kern, x.shape, dtype)
     scale = _scale(reduction, x.size)
-    (kern.pointwise_loss_mt if grad.size >= kern.MT_MIN else kern.pointwise_loss)(
+    kernels.call(kern, "pointwise_loss", grad.size,
         codes.BCE_LOGITS, contiguous(x), contiguous(t), loss, grad, scale)
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
@@ -108,7 +108,7 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     labels = _labels(kern, target, n, classes)
     loss = buffers.take(kern, (), x.dtype)
     grad = buffers.take(kern, x.shape, x.dtype)
-    (kern.cross_entropy_mt if grad.size >= kern.MT_MIN else kern.cross_entropy)(
+    kernels.call(kern, "cross_entropy", grad.size,
         contiguous(x), labels, loss, grad, _scale(reduction, n))
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
@@ -137,10 +137,11 @@ def _labels(kern: Any, target: Any, n: int, classes: int) -> Any:
     if kern.name == "cpu":
         return host if host.dtype == np.int64 and host.flags.c_contiguous else _as_int64(host)
     labels = buffers.take(kern, (n,), np.int64)
-    kern.upload(host if host.dtype == np.int64 else _as_int64(host), labels)
+    kernels.call(kern, "upload", 0, host if host.dtype == np.int64 else _as_int64(host), labels)
     return labels
 
 
+@kernels.host_copy
 def _as_int64(host: np.ndarray) -> np.ndarray:
     """A C-contiguous int64 copy of host labels (``ng.compile`` records
     which argument such a copy came from)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import buffers
+from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
@@ -42,7 +42,7 @@ def matmul(a: Any, b: Any) -> Tensor:
                 and len(sb) == 2 and sa[1] == sb[0] and kern.is_c_contiguous(ad) \
                 and kern.is_c_contiguous(bd):
             out = buffers.take(kern, (sa[0], sb[1]), ad.dtype)
-            kern.gemm(ad, bd, out, False, False, 1.0, 0.0)
+            kernels.call(kern, "gemm", 0, ad, bd, out, False, False, 1.0, 0.0)
             return result(out, kern, (a, b), _matmul_backward, (ad, False, bd, False, None))
     return _matmul_checked(a, b)
 
@@ -65,10 +65,10 @@ def _matmul_checked(a: Any, b: Any) -> Tensor:
     (ad, ta), (bd, tb) = _gemm_operand(a), _gemm_operand(b)
     out = buffers.take(kern, out_shape, ad.dtype)
     if a2 is sa and b2 is sb:
-        kern.gemm(ad, bd, out, ta, tb, 1.0, 0.0)
+        kernels.call(kern, "gemm", 0, ad, bd, out, ta, tb, 1.0, 0.0)
         shapes = None
     else:   # a vector operand: gemm sees it as a one-row or one-column matrix
-        kern.gemm(_as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
+        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
                   ta, tb, 1.0, 0.0)
         shapes = (a2, b2)
     return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
@@ -95,11 +95,11 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     g2 = _as_matrix(g, o2)
     if a.requires_grad:   # dA = G @ op(B)^T
         dest, beta = ctx.dest(a)
-        kern.gemm(g2, bm, dest if a2 is None else _as_matrix(dest, a2), False, not tb,
+        kernels.call(kern, "gemm", 0, g2, bm, dest if a2 is None else _as_matrix(dest, a2), False, not tb,
                   1.0, beta)
     if b.requires_grad:   # dB = op(A)^T @ G
         dest, beta = ctx.dest(b)
-        kern.gemm(am, g2, dest if b2 is None else _as_matrix(dest, b2), not ta, False,
+        kernels.call(kern, "gemm", 0, am, g2, dest if b2 is None else _as_matrix(dest, b2), not ta, False,
                   1.0, beta)
 
 
@@ -180,10 +180,10 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     out = buffers.take(kern, out_shape, dtype)
     out2 = out if len(out_shape) == 2 else reshaped(out, (1, out_shape[0]))
     if bias is None:
-        kern.linear(x2, wd, wd[0], out2, False, code, scalar_of(dtype, p))
+        kernels.call(kern, "linear", 0, x2, wd, wd[0], out2, False, code, scalar_of(dtype, p))
         inputs = (x, weight)
     else:
-        kern.linear(x2, wd, bias._data, out2, True, code, scalar_of(dtype, p))
+        kernels.call(kern, "linear", 0, x2, wd, bias._data, out2, True, code, scalar_of(dtype, p))
         inputs = (x, weight, bias)
     return result(out, kern, inputs, _linear_backward, (x2, wd, out2, code, p))
 
@@ -196,16 +196,16 @@ def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     g2 = ones(kern, o2, wd.dtype) if gout is None else reshaped(gout, o2)
     if code != codes.IDENT:   # through the activation, its gradient read from the output
         pre = buffers.take(kern, o2, wd.dtype)
-        (kern.unary_backward_mt if pre.size >= kern.MT_MIN else kern.unary_backward)(
+        kernels.call(kern, "unary_backward", pre.size,
             code, y2, y2, g2, pre, 0.0, scalar_of(wd.dtype, p))
         g2 = pre
     if weight.requires_grad:   # dW = G^T @ x
         dest, beta = ctx.dest(weight)
-        kern.gemm(g2, x2, dest, True, False, 1.0, beta)
+        kernels.call(kern, "gemm", 0, g2, x2, dest, True, False, 1.0, beta)
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums of G
         bias = node.inputs[2]
         dest, beta = ctx.dest(bias)
-        kern.sum_to(g2, reshaped(dest, (1, dest.size)), 1.0, beta)
+        kernels.call(kern, "sum_to", 0, g2, reshaped(dest, (1, dest.size)), 1.0, beta)
     if x.requires_grad:   # dx = G @ W
         dest, beta = ctx.dest(x)
-        kern.gemm(g2, wd, reshaped(dest, x2.shape), False, False, 1.0, beta)
+        kernels.call(kern, "gemm", 0, g2, wd, reshaped(dest, x2.shape), False, False, 1.0, beta)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import buffers
+from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
@@ -49,7 +49,7 @@ def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     scale = mean_scale(count) if mean else 1.0
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
-    (kern.sum_to_mt if x._data.size >= kern.MT_MIN else kern.sum_to)(
+    kernels.call(kern, "sum_to", x._data.size,
         view2d(x._data), reshaped(out, out2), scalar_of(dtype, scale), scalar_of(dtype, 0.0))
     return result(out, kern, (x,), _reduce_backward, (out2, scale))
 
@@ -60,7 +60,7 @@ def _reduce_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern, dtype = x._kern, x._data.dtype
     g2 = ones(kern, out2, dtype) if gout is None else reshaped(gout, out2)
     dest, beta = ctx.dest(x)
-    (kern.unary_mt if dest.size >= kern.MT_MIN else kern.unary)(
+    kernels.call(kern, "unary", dest.size,
         codes.IDENT, g2, view2d(dest), scalar_of(dtype, 0.0), scalar_of(dtype, scale),
         scalar_of(dtype, beta))
 
@@ -86,7 +86,7 @@ def _softmax(x: Any, axis: int, log: bool, op: str) -> Tensor:
     ax = 1 if x.ndim == 1 else axis % 2
     kern = x._kern
     out = buffers.take(kern, x._data.shape, x._data.dtype)
-    (kern.softmax_mt if out.size >= kern.MT_MIN else kern.softmax)(
+    kernels.call(kern, "softmax", out.size,
         view2d(x._data), view2d(out), ax, log)
     return result(out, kern, (x,), _softmax_backward, (out, ax, log))
 
@@ -98,7 +98,7 @@ def _softmax_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, y.shape, y.dtype)
     dest, beta = ctx.dest(x)
-    (kern.softmax_backward_mt if y.size >= kern.MT_MIN else kern.softmax_backward)(
+    kernels.call(kern, "softmax_backward", y.size,
         view2d(y), view2d(gout), view2d(dest), beta, ax, log)
 
 

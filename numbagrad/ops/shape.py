@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor, _seen, _wrappers
@@ -33,7 +34,7 @@ def _transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, x.shape[::-1], dtype)
     dest, beta = ctx.dest(x)
-    (kern.unary_mt if dest.size >= kern.MT_MIN else kern.unary)(
+    kernels.call(kern, "unary", dest.size,
         codes.IDENT, gout.T, dest, scalar_of(dtype, 0.0), scalar_of(dtype, 1.0),
         scalar_of(dtype, beta))
 
@@ -65,6 +66,6 @@ def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     dest, beta = ctx.dest(x)
     if gout is None:
         gout = ones(kern, x.shape, x._data.dtype)
-    (kern.axpby_mt if dest.size >= kern.MT_MIN else kern.axpby)(
+    kernels.call(kern, "axpby", dest.size,
         1.0, reshaped(gout, dest.shape), beta, dest)
 

@@ -63,11 +63,11 @@ def _add_l2(weights: list, c: float) -> float:
     returns ``sum(||W||^2)``. The same kernels on either device (no NumPy
     BLAS call, which would wake a second thread pool beside the kernels')."""
     kern = kernels.get(weights[0].device)
-    sq = kern.empty((len(weights),), np.float64)
+    sq = kernels.empty(kern, (len(weights),), np.float64)
     for i, w in enumerate(weights):
-        kern.sumsq(w.data.ravel(), sq[i:i + 1])
-        kern.axpby(c, w.data, 1.0, w.grad)
-    return float(kern.to_host(sq).sum())
+        kernels.call(kern, "sumsq", 0, w.data.ravel(), sq[i:i + 1])
+        kernels.call(kern, "axpby", 0, c, w.data, 1.0, w.grad)
+    return float(kernels.to_host(kern, sq).sum())
 
 
 def _dense(X: Any) -> np.ndarray:

@@ -1,10 +1,10 @@
 """What the CPU kernels' serial and multi-threaded twins share.
 
 A kernel ``foo`` with a threaded twin ``foo_mt`` (``parallel=True``, the
-same signature, the same bits) is picked by the op layer as
-``kern.foo_mt if n >= kern.MT_MIN else kern.foo`` (n: the elements the call
-touches): one compare, and both are plain @njit kernels, so ``ng.compile``
-records whichever ran. ``MT_MIN`` is ``PARALLEL_MIN`` below, or never when
+same signature, the same bits) is picked by ``kernels.call(kern, "foo", n,
+...)`` when n >= ``MT_MIN`` (n: the elements the call touches): one
+compare, and both are plain @njit kernels, so ``ng.compile`` records
+whichever ran. ``MT_MIN`` is ``PARALLEL_MIN`` below, or never when
 ``NUMBAGRAD_PARALLEL_MIN`` is 0 or Numba has one thread.
 
 Elementwise kernels split their output into blocks of ``SPAN`` elements,
