@@ -165,95 +165,25 @@ class Tensor:
         return f"tensor({body}, dtype={self.dtype}, device='{self.device}'{extra})"
 
     # ------------------------------------------------------------ operators
-    def __matmul__(self, other: Any) -> Tensor:
-        return ops.matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return ops.matmul(other, self)
-
-    def __add__(self, other: Any) -> Tensor:
-        return ops.add(self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return ops.add(other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return ops.sub(self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return ops.sub(other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return ops.mul(self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return ops.mul(other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return ops.div(self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return ops.div(other, self)
-
-    def __neg__(self) -> Tensor:
-        return ops.neg(self)
-
+    # (the ops' operators and methods are added from the op table, below)
     def __pos__(self) -> Tensor:
         return self
-
-    def __pow__(self, p: Any) -> Tensor:
-        return ops.pow(self, p)
 
     @property
     def T(self) -> Tensor:
         """The transpose of a 2-D tensor, a view (vectors: the tensor itself)."""
         return ops.transpose(self)
 
-    def reshape(self, *shape: Any) -> Tensor:
-        return ops.reshape(self, *shape)
-
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return ops.sum(self, axis, keepdims)
-
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return ops.mean(self, axis, keepdims)
-
-    def relu(self) -> Tensor:
-        return ops.relu(self)
-
-    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
-        return ops.leaky_relu(self, negative_slope)
-
-    def tanh(self) -> Tensor:
-        return ops.tanh(self)
-
-    def sigmoid(self) -> Tensor:
-        return ops.sigmoid(self)
-
-    def exp(self) -> Tensor:
-        return ops.exp(self)
-
-    def log(self) -> Tensor:
-        return ops.log(self)
-
-    def sqrt(self) -> Tensor:
-        return ops.sqrt(self)
-
-    def softmax(self, axis: int = -1) -> Tensor:
-        return ops.softmax(self, axis)
-
-    def log_softmax(self, axis: int = -1) -> Tensor:
-        return ops.log_softmax(self, axis)
-
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """NumPy ufuncs on tensors run the ng op (recorded on the tape), so a
         tensor never silently leaves the graph; others raise."""
-        op = _UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        op = ops.table.UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs \
+            else None
         if op is None:
             alt = _UFUNC_HINTS.get(ufunc.__name__, "an ng op, or np.asarray(t) for the data")
             raise TypeError(f"numpy.{ufunc.__name__} ({method}) is not differentiable on a "
                             f"numbagrad Tensor; use {alt}")
-        return getattr(ops, op)(*inputs)
+        return op(*inputs)
 
     def to(self, device: str) -> Tensor:
         """This tensor on ``device``: itself if already there, else a copy.
@@ -439,11 +369,9 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
         raise type(exc)(f"{what}: {exc}") from None
 
 
-_UFUNCS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div",
-           "true_divide": "div", "negative": "neg", "exp": "exp", "log": "log",
-           "sqrt": "sqrt", "tanh": "tanh", "matmul": "matmul"}
 _UFUNC_HINTS = {"maximum": "ng.relu (max with 0)", "power": "x ** p",
                 "square": "x * x or x ** 2", "absolute": "ng.sqrt(x * x)"}
 
 # ops and tape build on Tensor, so they are imported once it exists.
 from . import interop, ops, tape  # noqa: E402
+

@@ -17,11 +17,19 @@ import math
 # Unary codes: y = f(x, p).
 IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
     ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S = range(15)
+N_UNARY = 15
 # Binary codes: y = f(a, b).
 ADD, SUB, MUL, DIV = range(4)
+N_BINARY = 4
 # Pointwise losses: (pred, target) -> one term of the sum, and its d/dpred.
 # (MSE has a kernel of its own, vectorised, in each device's losses module.)
 BCE_LOGITS = 0
+N_POINTWISE = 1
+
+# Every chain of ``code ==`` tests below ends in a raise: a code without a
+# branch is an error, never another op's formula. (The kernels inline these
+# with a constant code, so the raise costs nothing there; the CUDA launchers
+# check the code on the host, where a device-side raise would not be seen.)
 
 
 def unary(code, x, p):
@@ -56,7 +64,9 @@ def unary(code, x, p):
         return p - x
     if code == DIV_S:
         return x / p
-    return p / x    # RDIV_S
+    if code == RDIV_S:
+        return p / x
+    raise ValueError("unary: unknown op code")
 
 
 def unary_grad(code, x, y, p):
@@ -86,7 +96,9 @@ def unary_grad(code, x, y, p):
         return p
     if code == DIV_S:
         return 1 / p
-    return -p / (x * x)    # RDIV_S
+    if code == RDIV_S:
+        return -p / (x * x)
+    raise ValueError("unary_grad: unknown op code")
 
 
 def binary(code, a, b):
@@ -96,7 +108,9 @@ def binary(code, a, b):
         return a - b
     if code == MUL:
         return a * b
-    return a / b    # DIV
+    if code == DIV:
+        return a / b
+    raise ValueError("binary: unknown op code")
 
 
 def binary_grad_a(code, a, b):
@@ -105,7 +119,9 @@ def binary_grad_a(code, a, b):
         return b
     if code == DIV:
         return 1 / b
-    return 1.0    # ADD, SUB
+    if code == ADD or code == SUB:
+        return 1.0
+    raise ValueError("binary_grad_a: unknown op code")
 
 
 def binary_grad_b(code, a, b):
@@ -116,21 +132,27 @@ def binary_grad_b(code, a, b):
         return -1.0
     if code == MUL:
         return a
-    return -a / (b * b)    # DIV
+    if code == DIV:
+        return -a / (b * b)
+    raise ValueError("binary_grad_b: unknown op code")
 
 
 def pointwise_loss(code, x, t):
     """One term of the loss sum, before the reduction's scale (``code`` picks the
     loss; binary cross-entropy with logits is the only one so far)."""
-    # BCE with logits, PyTorch's stable form: max(x, 0) - x t + log1p(exp(-|x|)).
-    return max(x, 0) - x * t + math.log1p(math.exp(-abs(x)))
+    if code == BCE_LOGITS:
+        # PyTorch's stable form: max(x, 0) - x t + log1p(exp(-|x|)).
+        return max(x, 0) - x * t + math.log1p(math.exp(-abs(x)))
+    raise ValueError("pointwise_loss: unknown loss code")
 
 
 def pointwise_loss_grad(code, x, t):
     """d(term)/dx."""
-    if x >= 0:
-        s = 1 / (1 + math.exp(-x))
-    else:
-        e = math.exp(x)
-        s = e / (1 + e)
-    return s - t
+    if code == BCE_LOGITS:
+        if x >= 0:
+            s = 1 / (1 + math.exp(-x))
+        else:
+            e = math.exp(x)
+            s = e / (1 + e)
+        return s - t
+    raise ValueError("pointwise_loss_grad: unknown loss code")

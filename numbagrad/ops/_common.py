@@ -97,8 +97,7 @@ def contiguous(t: Tensor) -> Any:
     if kern.is_c_contiguous(data):
         return data
     copy = buffers.take(kern, data.shape, data.dtype)
-    kernels.call(kern, "unary", copy.size,
-        0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
+    kernels.call(kern, "unary", copy.size, 0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
     return copy
 
 

@@ -22,9 +22,8 @@ def _unary(code: int, x: Any, p: float, op: str) -> Tensor:
     x = operand(x, op)
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, x._data.shape, dtype)
-    kernels.call(kern, "unary", out.size,
-        code, view2d(x._data), view2d(out), scalar_of(dtype, p), scalar_of(dtype, 1.0),
-        scalar_of(dtype, 0.0))
+    kernels.call(kern, "unary", out.size, code, view2d(x._data), view2d(out), scalar_of(dtype, p),
+                 scalar_of(dtype, 1.0), scalar_of(dtype, 0.0))
     return result(out, kern, (x,), _unary_backward, (code, p, out))
 
 
@@ -35,9 +34,8 @@ def _unary_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, y.shape, y.dtype)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "unary_backward", y.size,
-        code, view2d(x._data), view2d(y), view2d(gout), view2d(dest), beta,
-        scalar_of(y.dtype, p))
+    kernels.call(kern, "unary_backward", y.size, code, view2d(x._data), view2d(y), view2d(gout),
+                 view2d(dest), beta, scalar_of(y.dtype, p))
 
 
 def relu(x: Any) -> Tensor:
@@ -116,8 +114,7 @@ def _binary(code: int, a: Any, b: Any) -> Tensor:
     shape = broadcast_shape(ad.shape, bd.shape, op)
     kern = a._kern
     out = buffers.take(kern, shape, ad.dtype)
-    kernels.call(kern, "binary", out.size,
-        code, view2d(ad), view2d(bd), view2d(out))
+    kernels.call(kern, "binary", out.size, code, view2d(ad), view2d(bd), view2d(out))
     return result(out, kern, (a, b), _binary_backward, (code, shape))
 
 
@@ -134,15 +131,15 @@ def _binary_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         for first in (True, False):
             dest, beta = ctx.dest(a)
             d2 = reshaped(dest, as2d(a.shape))
-            kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, d2, beta, first,
-                         d2, beta, not first)
+            kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, d2, beta, first, d2,
+                         beta, not first)
         return
     da, beta_a = ctx.dest(a) if a.requires_grad else (None, 0.0)
     db, beta_b = ctx.dest(b) if b.requires_grad else (None, 0.0)
     # An operand that needs no gradient passes its own data, never written.
-    kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2,
-                 a2 if da is None else reshaped(da, a2.shape), beta_a, da is not None,
-                 b2 if db is None else reshaped(db, b2.shape), beta_b, db is not None)
+    kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, a2 if da is None else
+                 reshaped(da, a2.shape), beta_a, da is not None, b2 if db is None else reshaped(db,
+                 b2.shape), beta_b, db is not None)
 
 
 def add(a: Any, b: Any) -> Tensor:

@@ -63,8 +63,7 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
 def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
     loss = buffers.take(kern, (), pd.dtype)
     resid = buffers.take(kern, pd.shape, pd.dtype)
-    kernels.call(kern, "mse", pd.size,
-        pd, td, loss, resid, _scale(reduction, pd.size))
+    kernels.call(kern, "mse", pd.size, pd, td, loss, resid, _scale(reduction, pd.size))
     return result(loss, kern, (pred,), _loss_backward, (resid,))
 
 
@@ -83,8 +82,8 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
     loss = buffers.take(kern, (), dtype)
     grad = buffers.take(kern, x.shape, dtype)
     scale = _scale(reduction, x.size)
-    kernels.call(kern, "pointwise_loss", grad.size,
-        codes.BCE_LOGITS, contiguous(x), contiguous(t), loss, grad, scale)
+    kernels.call(kern, "pointwise_loss", grad.size, codes.BCE_LOGITS, contiguous(x), contiguous(t),
+                 loss, grad, scale)
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 
@@ -108,8 +107,8 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     labels = _labels(kern, target, n, classes)
     loss = buffers.take(kern, (), x.dtype)
     grad = buffers.take(kern, x.shape, x.dtype)
-    kernels.call(kern, "cross_entropy", grad.size,
-        contiguous(x), labels, loss, grad, _scale(reduction, n))
+    kernels.call(kern, "cross_entropy", grad.size, contiguous(x), labels, loss, grad,
+                 _scale(reduction, n))
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 

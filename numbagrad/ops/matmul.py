@@ -68,8 +68,8 @@ def _matmul_checked(a: Any, b: Any) -> Tensor:
         kernels.call(kern, "gemm", 0, ad, bd, out, ta, tb, 1.0, 0.0)
         shapes = None
     else:   # a vector operand: gemm sees it as a one-row or one-column matrix
-        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out, (a2[0], b2[1])),
-                  ta, tb, 1.0, 0.0)
+        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out,
+                     (a2[0], b2[1])), ta, tb, 1.0, 0.0)
         shapes = (a2, b2)
     return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
 
@@ -95,18 +95,18 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     g2 = _as_matrix(g, o2)
     if a.requires_grad:   # dA = G @ op(B)^T
         dest, beta = ctx.dest(a)
-        kernels.call(kern, "gemm", 0, g2, bm, dest if a2 is None else _as_matrix(dest, a2), False, not tb,
-                  1.0, beta)
+        kernels.call(kern, "gemm", 0, g2, bm, dest if a2 is None else _as_matrix(dest, a2), False,
+                     not tb, 1.0, beta)
     if b.requires_grad:   # dB = op(A)^T @ G
         dest, beta = ctx.dest(b)
-        kernels.call(kern, "gemm", 0, am, g2, dest if b2 is None else _as_matrix(dest, b2), not ta, False,
-                  1.0, beta)
+        kernels.call(kern, "gemm", 0, am, g2, dest if b2 is None else _as_matrix(dest, b2), not ta,
+                     False, 1.0, beta)
 
 
 # ------------------------------------------------------------------ linear
-# activations the GEMM's epilogue applies: their gradient is a function of the output
-ACTIVATIONS = {"relu": codes.RELU, "leaky_relu": codes.LEAKY_RELU, "tanh": codes.TANH,
-               "sigmoid": codes.SIGMOID}
+# activations the GEMM's epilogue applies (their gradient is a function of
+# the output): name -> kernel code, filled from the op table's ``fuse`` rows
+ACTIVATIONS: dict[str, int] = {}
 
 
 def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
@@ -196,8 +196,8 @@ def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     g2 = ones(kern, o2, wd.dtype) if gout is None else reshaped(gout, o2)
     if code != codes.IDENT:   # through the activation, its gradient read from the output
         pre = buffers.take(kern, o2, wd.dtype)
-        kernels.call(kern, "unary_backward", pre.size,
-            code, y2, y2, g2, pre, 0.0, scalar_of(wd.dtype, p))
+        kernels.call(kern, "unary_backward", pre.size, code, y2, y2, g2, pre, 0.0,
+                     scalar_of(wd.dtype, p))
         g2 = pre
     if weight.requires_grad:   # dW = G^T @ x
         dest, beta = ctx.dest(weight)

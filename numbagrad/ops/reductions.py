@@ -49,8 +49,8 @@ def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     scale = mean_scale(count) if mean else 1.0
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
-    kernels.call(kern, "sum_to", x._data.size,
-        view2d(x._data), reshaped(out, out2), scalar_of(dtype, scale), scalar_of(dtype, 0.0))
+    kernels.call(kern, "sum_to", x._data.size, view2d(x._data), reshaped(out, out2),
+                 scalar_of(dtype, scale), scalar_of(dtype, 0.0))
     return result(out, kern, (x,), _reduce_backward, (out2, scale))
 
 
@@ -60,9 +60,8 @@ def _reduce_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern, dtype = x._kern, x._data.dtype
     g2 = ones(kern, out2, dtype) if gout is None else reshaped(gout, out2)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "unary", dest.size,
-        codes.IDENT, g2, view2d(dest), scalar_of(dtype, 0.0), scalar_of(dtype, scale),
-        scalar_of(dtype, beta))
+    kernels.call(kern, "unary", dest.size, codes.IDENT, g2, view2d(dest), scalar_of(dtype, 0.0),
+                 scalar_of(dtype, scale), scalar_of(dtype, beta))
 
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -86,8 +85,7 @@ def _softmax(x: Any, axis: int, log: bool, op: str) -> Tensor:
     ax = 1 if x.ndim == 1 else axis % 2
     kern = x._kern
     out = buffers.take(kern, x._data.shape, x._data.dtype)
-    kernels.call(kern, "softmax", out.size,
-        view2d(x._data), view2d(out), ax, log)
+    kernels.call(kern, "softmax", out.size, view2d(x._data), view2d(out), ax, log)
     return result(out, kern, (x,), _softmax_backward, (out, ax, log))
 
 
@@ -98,8 +96,8 @@ def _softmax_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, y.shape, y.dtype)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "softmax_backward", y.size,
-        view2d(y), view2d(gout), view2d(dest), beta, ax, log)
+    kernels.call(kern, "softmax_backward", y.size, view2d(y), view2d(gout), view2d(dest), beta, ax,
+                 log)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:

@@ -34,9 +34,8 @@ def _transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, x.shape[::-1], dtype)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "unary", dest.size,
-        codes.IDENT, gout.T, dest, scalar_of(dtype, 0.0), scalar_of(dtype, 1.0),
-        scalar_of(dtype, beta))
+    kernels.call(kern, "unary", dest.size, codes.IDENT, gout.T, dest, scalar_of(dtype, 0.0),
+                 scalar_of(dtype, 1.0), scalar_of(dtype, beta))
 
 
 def reshape(x: Any, *shape: Any) -> Tensor:
@@ -66,6 +65,5 @@ def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     dest, beta = ctx.dest(x)
     if gout is None:
         gout = ones(kern, x.shape, x._data.dtype)
-    kernels.call(kern, "axpby", dest.size,
-        1.0, reshaped(gout, dest.shape), beta, dest)
+    kernels.call(kern, "axpby", dest.size, 1.0, reshaped(gout, dest.shape), beta, dest)
 

@@ -160,6 +160,8 @@ def _unary_block(code, x, out, p, alpha, beta, r0, r1, c0, c1):
         _unary_loop(scalar.DIV_S, x, out, p, alpha, beta, r0, r1, c0, c1)
     elif code == scalar.RDIV_S:
         _unary_loop(scalar.RDIV_S, x, out, p, alpha, beta, r0, r1, c0, c1)
+    else:
+        raise ValueError("unary_block: unknown op code")
 
 
 @njit(cache=True, error_model="numpy")
@@ -225,6 +227,8 @@ def _unary_backward_block(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
         _unary_backward_loop(scalar.DIV_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
     elif code == scalar.RDIV_S:
         _unary_backward_loop(scalar.RDIV_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    else:
+        raise ValueError("unary_backward_block: unknown op code")
 
 
 @njit(cache=True, error_model="numpy")
@@ -281,6 +285,8 @@ def _binary_block(code, a, b, out, r0, r1, c0, c1):
         _binary_loop(scalar.MUL, a, b, out, r0, r1, c0, c1)
     elif code == scalar.DIV:
         _binary_loop(scalar.DIV, a, b, out, r0, r1, c0, c1)
+    else:
+        raise ValueError("binary_block: unknown op code")
 
 
 @njit(cache=True, error_model="numpy")
@@ -322,6 +328,8 @@ def _grad_a_block(code, a, b, gout, d, beta, r0, r1, c0, c1):
         _binary_backward_loop(scalar.MUL, 0, a, b, gout, d, beta, r0, r1, c0, c1)
     elif code == scalar.DIV:
         _binary_backward_loop(scalar.DIV, 0, a, b, gout, d, beta, r0, r1, c0, c1)
+    else:
+        raise ValueError("grad_a_block: unknown op code")
 
 
 @njit(cache=True, error_model="numpy")
@@ -335,6 +343,8 @@ def _grad_b_block(code, a, b, gout, d, beta, r0, r1, c0, c1):
         _binary_backward_loop(scalar.MUL, 1, a, b, gout, d, beta, r0, r1, c0, c1)
     elif code == scalar.DIV:
         _binary_backward_loop(scalar.DIV, 1, a, b, gout, d, beta, r0, r1, c0, c1)
+    else:
+        raise ValueError("grad_b_block: unknown op code")
 
 
 @njit(error_model="numpy", inline="always")

@@ -168,3 +168,11 @@ def sums() -> list:
     if not _sums:
         _sums[:] = [cuda.device_array(MAX_BLOCKS, np.float64), from_host(np.zeros(1, np.int32))]
     return _sums
+
+
+def checked_code(kernel: str, code: int, count: int) -> int:
+    """``code`` if it names one of the ``count`` ops of ``kernel``, else a
+    ValueError (a device-side raise would not reach the host)."""
+    if not 0 <= code < count:
+        raise ValueError(f"{kernel}: unknown op code {code} (known: 0..{count - 1})")
+    return int(code)

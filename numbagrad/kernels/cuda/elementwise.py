@@ -9,7 +9,8 @@ from __future__ import annotations
 from numba import cuda, float64, int32, int64, types
 
 from .. import elements, scalar
-from ._core import THREADS, Config, array_type, block_total, flat, grid, kernel, launch, sums
+from ._core import (THREADS, Config, array_type, block_total, checked_code, flat, grid, kernel,
+                    launch, sums)
 
 _unary = cuda.jit(device=True)(scalar.unary)
 _unary_grad = cuda.jit(device=True)(scalar.unary_grad)
@@ -207,6 +208,7 @@ def scaled_add(g, x, beta, y) -> None:
 
 def unary(code, x, out, p, alpha, beta) -> None:
     """See ``kernels.cpu.unary``."""
+    code = checked_code("unary", code, scalar.N_UNARY)
     if out.size:
         dt = out.dtype.type
         launch("unary", out.dtype, grid(out.size), THREADS, int(code), x, out, dt(p), dt(alpha),
@@ -215,6 +217,7 @@ def unary(code, x, out, p, alpha, beta) -> None:
 
 def unary_backward(code, x, y, gout, dest, beta, p) -> None:
     """See ``kernels.cpu.unary_backward``."""
+    code = checked_code("unary_backward", code, scalar.N_UNARY)
     if dest.size:
         launch("unary_backward", dest.dtype, grid(dest.size), THREADS, int(code), x, y, gout,
                dest, float(beta), dest.dtype.type(p))
@@ -222,12 +225,14 @@ def unary_backward(code, x, y, gout, dest, beta, p) -> None:
 
 def binary(code, a, b, out) -> None:
     """See ``kernels.cpu.binary``."""
+    code = checked_code("binary", code, scalar.N_BINARY)
     if out.size:
         launch("binary", out.dtype, grid(out.size), THREADS, int(code), a, b, out)
 
 
 def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b) -> None:
     """See ``kernels.cpu.binary_backward``."""
+    code = checked_code("binary_backward", code, scalar.N_BINARY)
     n = (da.size if need_a else 0) + (db.size if need_b else 0)
     if n:
         launch("binary_backward", gout.dtype, grid(n), THREADS, int(code), a, b, gout, da,

@@ -11,7 +11,8 @@ import math
 from numba import cuda, float64, int32, int64
 
 from .. import scalar
-from ._core import THREADS, Config, array_type, block_total, flat, grid, kernel, launch, sums
+from ._core import (THREADS, Config, array_type, block_total, checked_code, flat, grid, kernel,
+                    launch, sums)
 
 _term = cuda.jit(device=True)(scalar.pointwise_loss)
 _term_grad = cuda.jit(device=True)(scalar.pointwise_loss_grad)
@@ -110,6 +111,7 @@ def mse(pred, target, loss_out, resid_out, scale) -> None:
 
 def pointwise_loss(code, pred, target, loss_out, grad_out, scale) -> None:
     """See ``kernels.cpu.pointwise_loss``."""
+    code = checked_code("pointwise_loss", code, scalar.N_POINTWISE)
     launch("pointwise_loss", pred.dtype, grid(pred.size), THREADS, int(code),
            flat(pred), flat(target), loss_out, flat(grad_out), float(scale), *sums())
 

@@ -1,0 +1,135 @@
+"""The op table: one row per public op.
+
+Everything that lists ops is derived from ``OPS``: the ``ng.`` namespace and
+``__all__`` (``ops/__init__.py``), the Tensor methods and operators, the
+NumPy ufuncs a tensor answers to (``Tensor.__array_ufunc__``), the
+activations ``linear`` applies in its GEMM epilogue, and the tests' op
+cases (``tests/test_op_table.py`` runs each row against its PyTorch
+reference). Adding an op is its module (forward beside backward), one
+kernel per device and one row here.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..kernels import scalar as codes
+from ..tensor import Tensor
+from . import elementwise as ew
+from . import losses, matmul, reductions, shape
+
+
+@dataclass(frozen=True)
+class Op:
+    """One public op.
+
+    ``code``: its kernel code (``kernels/scalar.py``), for the ops that have
+    one. ``method``: also a Tensor method of the same name (``x.relu()``).
+    ``operators``: the Tensor operators that run it; a reflected one
+    (``__radd__``) passes the tensor second. ``numpy``: the NumPy ufuncs
+    that run it on a tensor. ``fuse``: ``linear(..., activation=name)``
+    applies it in the GEMM's epilogue. ``torch``: the PyTorch expression the
+    tests compare it with, in the names ``torch``, ``F`` (functional) and
+    the inputs ``a``, ``b`` (a string: the package never imports PyTorch).
+    ``sample``: the input shapes of that test; ``domain``: "positive" when
+    the inputs must be > 0; ``targets``: how many of the last inputs are
+    data the op never differentiates (a loss's target); ``args``: further
+    arguments of that test's call (an exponent, a shape).
+    """
+
+    name: str
+    fn: Callable
+    code: int | None = None
+    method: bool = False
+    operators: tuple[str, ...] = ()
+    numpy: tuple[str, ...] = ()
+    fuse: bool = False
+    torch: str | None = None
+    sample: tuple[tuple[int, ...], ...] = ((3, 4),)
+    domain: str = "real"
+    targets: int = 0
+    args: tuple = ()
+
+
+_PAIR = ((3, 4), (4,))
+OPS: tuple[Op, ...] = (
+    Op("add", ew.add, codes.ADD, operators=("__add__", "__radd__"), numpy=("add",),
+       torch="torch.add(a, b)", sample=_PAIR),
+    Op("sub", ew.sub, codes.SUB, operators=("__sub__", "__rsub__"), numpy=("subtract",),
+       torch="torch.sub(a, b)", sample=_PAIR),
+    Op("mul", ew.mul, codes.MUL, operators=("__mul__", "__rmul__"), numpy=("multiply",),
+       torch="torch.mul(a, b)", sample=_PAIR),
+    Op("div", ew.div, codes.DIV, operators=("__truediv__", "__rtruediv__"),
+       numpy=("divide", "true_divide"), torch="torch.div(a, b)", sample=_PAIR),
+    Op("neg", ew.neg, codes.NEG, operators=("__neg__",), numpy=("negative",),
+       torch="torch.neg(a)"),
+    Op("pow", ew.pow, codes.POW, operators=("__pow__",), torch="torch.pow(a, 3)",
+       args=(3,)),
+    Op("relu", ew.relu, codes.RELU, method=True, fuse=True, torch="torch.relu(a)"),
+    Op("leaky_relu", ew.leaky_relu, codes.LEAKY_RELU, method=True, fuse=True,
+       torch="F.leaky_relu(a)"),
+    Op("tanh", ew.tanh, codes.TANH, method=True, numpy=("tanh",), fuse=True,
+       torch="torch.tanh(a)"),
+    Op("sigmoid", ew.sigmoid, codes.SIGMOID, method=True, fuse=True, torch="torch.sigmoid(a)"),
+    Op("exp", ew.exp, codes.EXP, method=True, numpy=("exp",), torch="torch.exp(a)"),
+    Op("log", ew.log, codes.LOG, method=True, numpy=("log",), torch="torch.log(a)",
+       domain="positive"),
+    Op("sqrt", ew.sqrt, codes.SQRT, method=True, numpy=("sqrt",), torch="torch.sqrt(a)",
+       domain="positive"),
+    Op("sum", reductions.sum, method=True, torch="torch.sum(a)"),
+    Op("mean", reductions.mean, method=True, torch="torch.mean(a)"),
+    Op("softmax", reductions.softmax, method=True, torch="torch.softmax(a, -1)"),
+    Op("log_softmax", reductions.log_softmax, method=True, torch="torch.log_softmax(a, -1)"),
+    Op("reshape", shape.reshape, method=True, torch="torch.reshape(a, (4, 3))",
+       args=((4, 3),)),
+    Op("transpose", shape.transpose, torch="torch.transpose(a, 0, 1)"),
+    Op("matmul", matmul.matmul, operators=("__matmul__", "__rmatmul__"), numpy=("matmul",),
+       torch="torch.matmul(a, b)", sample=((3, 4), (4, 2))),
+    Op("linear", matmul.linear, torch="F.linear(a, b)", sample=((3, 4), (2, 4))),
+    Op("mse_loss", losses.mse_loss, torch="F.mse_loss(a, b)", sample=((3, 4), (3, 4)),
+       targets=1),
+    Op("cross_entropy", losses.cross_entropy),   # integer labels: tests/test_ops.py
+    Op("binary_cross_entropy_with_logits", losses.binary_cross_entropy_with_logits,
+       torch="F.binary_cross_entropy_with_logits(a, b)", sample=((3, 4), (3, 4)), targets=1),
+)
+
+BY_NAME = {op.name: op for op in OPS}
+# what linear's epilogue applies: name -> kernel code
+ACTIVATIONS = matmul.ACTIVATIONS
+ACTIVATIONS.update({op.name: op.code for op in OPS if op.fuse})
+# NumPy ufunc name -> the op that answers it on a tensor
+UFUNCS = {u: op.fn for op in OPS for u in op.numpy}
+
+
+def _operator(fn: Callable, dunder: str) -> Callable:
+    if dunder == "__neg__":
+        def run(self):
+            return fn(self)
+    elif dunder.startswith("__r"):     # reflected: the tensor is the right operand
+        def run(self, other):
+            return fn(other, self)
+    else:
+        def run(self, other):
+            return fn(self, other)
+    return run
+
+
+def _method(fn: Callable) -> Callable:
+    def run(self, *args, **kwargs):
+        return fn(self, *args, **kwargs)
+    return run
+
+
+def _install(cls: type) -> None:
+    """Give ``cls`` (Tensor) each row's operators and method."""
+    for op in OPS:
+        runs = [(d, _operator(op.fn, d)) for d in op.operators]
+        runs += [(op.name, _method(op.fn))] if op.method else []
+        for name, run in runs:
+            run.__name__ = name
+            run.__qualname__ = f"{cls.__name__}.{name}"
+            run.__doc__ = op.fn.__doc__
+            setattr(cls, name, run)
+
+
+_install(Tensor)

@@ -1,0 +1,95 @@
+"""The op table (``numbagrad/ops/table.py``) is the one list of ops: the
+namespace, the Tensor methods and operators, NumPy dispatch and linear's
+activations follow from it, and a kernel code without a branch is an error.
+(Each row's PyTorch comparison runs in tests/test_ops.py, ``<name>[table]``.)"""
+import inspect
+
+import numpy as np
+import pytest
+
+import numbagrad as ng
+from numbagrad import kernels
+from numbagrad.kernels import scalar
+from numbagrad.ops import elementwise, losses, matmul, reductions, shape
+from numbagrad.ops.table import ACTIVATIONS, OPS, UFUNCS
+
+NAMES = [op.name for op in OPS]
+
+
+def test_namespace_and_all_come_from_the_table():
+    assert len(set(NAMES)) == len(NAMES)
+    assert ng.ops.__all__ == NAMES
+    for op in OPS:
+        assert getattr(ng, op.name) is op.fn and getattr(ng.ops, op.name) is op.fn
+        assert op.name in ng.__all__
+
+
+def test_every_public_op_function_has_a_row():
+    rowed = {op.fn for op in OPS}
+    for module in (elementwise, losses, matmul, reductions, shape):
+        for name, fn in vars(module).items():
+            if inspect.isfunction(fn) and fn.__module__ == module.__name__ \
+                    and not name.startswith("_"):
+                assert fn in rowed, f"{module.__name__}.{name} has no row in ops/table.py"
+
+
+def test_methods_and_operators_run_their_row():
+    x = ng.param(np.array([[0.5, -1.0], [2.0, 0.25]]))
+    for op in OPS:
+        if op.method:
+            assert getattr(ng.Tensor, op.name).__doc__ == op.fn.__doc__
+        for dunder in op.operators:
+            assert getattr(ng.Tensor, dunder).__doc__ == op.fn.__doc__, dunder
+    np.testing.assert_array_equal((2.0 - x).numpy(), 2.0 - x.numpy())
+    np.testing.assert_array_equal((x / 4.0).numpy(), x.numpy() / 4.0)
+    np.testing.assert_array_equal((3.0 / x).numpy(), 3.0 / x.numpy())
+    np.testing.assert_array_equal((x @ x).numpy(), x.numpy() @ x.numpy())
+    np.testing.assert_array_equal((-x).numpy(), -x.numpy())
+    np.testing.assert_array_equal(x.leaky_relu(0.5).numpy(),
+                                  np.where(x.numpy() > 0, x.numpy(), 0.5 * x.numpy()))
+
+
+@pytest.mark.parametrize("ufunc", sorted(UFUNCS))
+def test_numpy_ufuncs_run_the_op_on_the_tape(ufunc):
+    fn = getattr(np, ufunc)
+    a = ng.param(np.array([[1.5, 2.0], [0.5, 3.0]]))
+    args = (a,) if fn.nin == 1 else (a, a)
+    with ng.grad_tape():
+        out = fn(*args)
+        assert isinstance(out, ng.Tensor) and out._node is not None
+    np.testing.assert_allclose(out.numpy(), fn(*[np.asarray(t.data) for t in args]))
+
+
+def test_linear_activations_are_the_fused_rows():
+    assert set(ACTIVATIONS) == {op.name for op in OPS if op.fuse}
+    x, w = ng.tensor(np.ones((2, 3))), ng.tensor(np.ones((4, 3)))
+    for name in ACTIVATIONS:
+        ng.linear(x, w, activation=name)
+    with pytest.raises(ValueError, match="activation must be None or one of"):
+        ng.linear(x, w, activation="exp")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_an_unknown_code_is_an_error_not_another_op(device):
+    if device == "cuda" and not ng.cuda_available():
+        pytest.skip(ng.cuda_unavailable_reason())
+    kern = kernels.get(device)
+    x = kern.from_host(np.ones((2, 3)))
+    out = kern.from_host(np.zeros((2, 3)))
+    calls = [("unary", (scalar.N_UNARY, x, out, 0.0, 1.0, 0.0)),
+             ("unary_backward", (scalar.N_UNARY, x, x, x, out, 0.0, 0.0)),
+             ("binary", (scalar.N_BINARY, x, x, out)),
+             ("binary_backward", (scalar.N_BINARY, x, x, x, out, 0.0, True, out, 0.0, True))]
+    for name, args in calls:
+        with pytest.raises(ValueError, match="unknown op code"):
+            kernels.call(kern, name, 0, *args)
+        assert not kernels.to_host(kern, out).any(), name    # nothing written
+
+
+def test_scalar_chains_end_in_an_error():
+    with pytest.raises(ValueError, match="unknown op code"):
+        scalar.unary(scalar.N_UNARY, 1.0, 0.0)
+    with pytest.raises(ValueError, match="unknown op code"):
+        scalar.binary_grad_b(scalar.N_BINARY, 1.0, 2.0)
+    with pytest.raises(ValueError, match="unknown loss code"):
+        scalar.pointwise_loss(scalar.N_POINTWISE, 1.0, 0.0)
