@@ -12,7 +12,7 @@ a "cuda" tensor exposes its device array's ``__cuda_array_interface__``
 device arrays have no DLPack producer, so a "cuda" tensor's ``__dlpack__``
 raises ``BufferError`` naming that interface instead.
 
-The tensors' rules hold for whatever comes in: float32/float64, 0-d to 2-D,
+The tensors' rules hold for whatever comes in: float32/float64, any rank,
 C-contiguous and writable, or a clear error and no copy (``ng.tensor``
 copies). Where NumPy and PyTorch differ on the producer's flags: a
 read-only producer (a JAX array, a read-only NumPy array) is refused, where
@@ -44,7 +44,7 @@ def from_dlpack(obj: Any) -> Tensor:
     numbagrad tensors, come in without a copy, on "cpu" or "cuda" as the
     producer's memory is (JAX arrays too where JAX does not mark them
     read-only; on the CPU it does). Refused, with the reason: other dtypes than
-    float32/float64, more than 2-D, non-contiguous or read-only producers
+    float32/float64, non-contiguous or read-only producers
     (see the module docstring), a tensor that requires grad (as PyTorch's
     ``__dlpack__`` refuses one). A tensor wrapping a param's ``.grad`` is
     tracked as ``ng.as_tensor(W.grad)`` is.

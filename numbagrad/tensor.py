@@ -282,9 +282,6 @@ def _host_array(data: Any, dtype: Any) -> np.ndarray:
         want = np.dtype(np.float64)
     else:
         raise TypeError(f"tensor data must be real numbers, got dtype {array.dtype}")
-    if array.ndim > 2:
-        raise ValueError(f"tensor data must be at most 2-D (0-d, 1-D or 2-D), "
-                         f"got shape {array.shape}")
     return np.array(array, dtype=want, order="C", copy=True)
 
 
@@ -294,7 +291,7 @@ def tensor(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
     float32 and float64 data keep their dtype; other real numbers (integers,
     float16) become float64 unless ``dtype`` says otherwise, as NumPy's
     ``np.mean`` would; this is the one conversion numbagrad makes (ops never
-    convert). 0-d, 1-D and 2-D data only.
+    convert). Any rank NumPy allows, 0-d included.
     """
     kern = kernels.get(device)
     return Tensor(kernels.from_host(kern, _host_array(data, dtype)), kern)
@@ -331,8 +328,6 @@ def as_tensor(array: Any) -> Tensor:
     if array.dtype not in _FLOATS:
         raise TypeError(f"as_tensor needs float32 or float64 data, got {array.dtype}; "
                         "use ng.tensor to convert")
-    if len(array.shape) > 2:
-        raise ValueError(f"as_tensor needs 0-d, 1-D or 2-D data, got shape {array.shape}")
     if not array.flags["C_CONTIGUOUS"]:
         raise ValueError("as_tensor needs a C-contiguous array; use ng.tensor to copy")
     return _wrap(array, kern)
@@ -358,7 +353,7 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if kern.is_device_array(value) and value.dtype in _FLOATS \
-            and kern.is_c_contiguous(value) and len(value.shape) <= 2:
+            and kern.is_c_contiguous(value):
         return _wrap(value, kern)
     if kern.name != "cpu":
         raise ValueError(f"{what} is {type(value).__name__} data on the host but the op "

@@ -13,7 +13,6 @@ from numbagrad import kernels
     (np.ones((2, 2), complex), "real numbers"),
     (np.array(["a", "b"]), "real numbers"),
     (np.array([True, False]), "real numbers"),
-    (np.ones((2, 2, 2)), r"at most 2-D \(0-d, 1-D or 2-D\), got shape \(2, 2, 2\)"),
 ])
 def test_tensor_rejects_bad_data(data, match):
     with pytest.raises((TypeError, ValueError), match=match):

@@ -128,3 +128,21 @@ def test_a_steady_state_micro_step_allocates_no_parameter_sized_array():
     # The pred and residual buffers (128 KiB each) and W's gradient (512 KiB)
     # all come from reused memory: what is allocated at all is small change.
     assert peak - start < 16 * 1024, f"peak grew by {peak - start} bytes"
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (3,), (2, 0), (2, 1, 3), (1, 2, 0, 3),
+                                   (2, 1, 3, 1, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_any_rank_keeps_its_shape_on_both_devices(dev, shape, dtype):
+    data = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+    for t in (dev.tensor(data), dev.param(data)):
+        assert t.shape == shape and t.ndim == len(shape) and t.dtype == dtype
+        np.testing.assert_array_equal(t.numpy(), data)
+        assert t.numpy().shape == shape
+    if dev.name == "cpu":
+        assert ng.as_tensor(data).shape == shape
+
+
+def test_a_0d_tensor_stays_0d(dev):
+    t = dev.tensor(np.float64(2.0))
+    assert t.shape == () and t.data.shape == () and t.item() == 2.0

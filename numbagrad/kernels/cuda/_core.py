@@ -44,7 +44,8 @@ def empty(shape: tuple, dtype) -> object:
 def from_host(array: np.ndarray) -> object:
     """Host data as a new device array."""
     _counts["transfers"] += 1
-    return cuda.to_device(np.ascontiguousarray(array))
+    # (np.ascontiguousarray would make a 0-d array 1-D)
+    return cuda.to_device(array if array.flags.c_contiguous else np.ascontiguousarray(array))
 
 
 def to_host(array) -> np.ndarray:
