@@ -91,6 +91,8 @@ OPS: tuple[Op, ...] = (
     Op("cross_entropy", losses.cross_entropy),   # integer labels: tests/test_ops.py
     Op("binary_cross_entropy_with_logits", losses.binary_cross_entropy_with_logits,
        torch="F.binary_cross_entropy_with_logits(a, b)", sample=((3, 4), (3, 4)), targets=1),
+    # --- shape, joining and indexing ops
+    # --- selection, comparison and casting ops
 )
 
 BY_NAME = {op.name: op for op in OPS}
