@@ -1,0 +1,151 @@
+"""CPU indexing kernels: placing an array on a lattice of another (slicing's
+gradient, ``pad``, ``concatenate``), and selecting along one axis by integer
+indices (``x[idx]``, ``gather``) with their scatter-add gradients.
+
+The index kernels see 3-D (pre, axis, post) views of any strides; the
+scatter-adds run serially in index order, the order of the CUDA kernels'
+per-destination loops, so both devices give the same bits. An index outside
+the axis (the ops check host indices first) reads as nan and adds nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._threads import _cast_like
+
+# what kernels.call may run (the rest are host helpers)
+KERNEL_NAMES = ("gather", "index_add", "index_select", "place_nd", "scatter_add")
+
+
+class _Window:
+    """An object whose ``__array_interface__`` is a view of ``owner``'s memory."""
+
+    def __init__(self, owner, interface: dict) -> None:
+        self.owner = owner
+        self.__array_interface__ = interface
+
+
+def as_strided(array: np.ndarray, shape: tuple, strides: tuple, offset: int) -> np.ndarray:
+    """A view of ``array``'s memory: ``shape`` and byte ``strides`` from the
+    element ``offset`` bytes after its first one (not a kernel: no data moves)."""
+    start = array.__array_interface__["data"][0] + offset
+    view = np.asarray(_Window(array, {"data": (start, not array.flags.writeable),
+                                      "shape": tuple(shape), "strides": tuple(strides),
+                                      "typestr": array.dtype.str, "version": 3}))
+    return view
+
+
+@njit(cache=True, error_model="numpy")
+def first_out_of_range(index, low, high):
+    """Position of the first value of the flat ``index`` outside [low, high), or -1."""
+    for i in range(index.size):
+        if index[i] < low or index[i] >= high:
+            return i
+    return -1
+
+
+@njit(error_model="numpy", inline="always")
+def _on_lattice(k, shape, counts, start, step):
+    """Whether flat C-order position ``k`` of ``shape`` is start + step * j, 0 <= j < counts."""
+    for d in range(len(shape) - 1, -1, -1):
+        c = k % shape[d]
+        k //= shape[d]
+        off, s = c - start[d], step[d]
+        if s < 0:
+            off, s = -off, -s
+        if off < 0 or off % s != 0 or off // s >= counts[d]:
+            return False
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def place_nd(x, out, start, step, fill, beta, whole):
+    """out[start + step * j] = x[j] + beta * out[...] for every index j of
+    ``x`` (``out`` C-contiguous, of x's rank; ``start``/``step`` int64 per dim,
+    a step may be negative). ``whole``: every other element of ``out`` becomes
+    fill + beta * out, else it is left as it is. beta == 0 never reads out."""
+    f, b = _cast_like(out, fill), _cast_like(out, beta)
+    if out.ndim == 0:
+        out[()] = x[()] if b == 0 else x[()] + b * out[()]
+        return
+    flat = out.reshape(-1)
+    shape = out.shape
+    if whole:
+        for k in range(flat.size):
+            if not _on_lattice(k, shape, x.shape, start, step):
+                flat[k] = f if b == 0 else f + b * flat[k]
+    for idx in np.ndindex(x.shape):
+        k = 0
+        for d in range(x.ndim):
+            k = k * shape[d] + start[d] + step[d] * idx[d]
+        flat[k] = x[idx] if b == 0 else x[idx] + b * flat[k]
+
+
+@njit(error_model="numpy", inline="always")
+def _wrapped(r, n):
+    """Index ``r`` into an axis of ``n`` with NumPy's negative indices, or -1 outside."""
+    if r < 0:
+        r += n
+    return r if 0 <= r < n else -1
+
+
+@njit(cache=True, error_model="numpy")
+def index_select(x, index, out):
+    """out[p, i, q] = x[p, index[i], q]: NumPy's ``x[..., index, ...]`` on one
+    axis (negative indices count from the end)."""
+    n = x.shape[1]
+    for p in range(out.shape[0]):
+        for i in range(out.shape[1]):
+            r = _wrapped(index[i], n)
+            for q in range(out.shape[2]):
+                out[p, i, q] = x[p, r, q] if r >= 0 else np.nan
+
+
+@njit(cache=True, error_model="numpy")
+def index_add(g, index, dest, beta):
+    """dest = beta * dest + (g[p, i, q] added into dest[p, index[i], q]), the
+    gradient of ``index_select``: repeated indices accumulate, in order of i."""
+    b = _cast_like(dest, beta)
+    _scale(dest, b)
+    n = dest.shape[1]
+    for p in range(g.shape[0]):
+        for i in range(g.shape[1]):
+            r = _wrapped(index[i], n)
+            if r >= 0:
+                for q in range(g.shape[2]):
+                    dest[p, r, q] += g[p, i, q]
+
+
+@njit(error_model="numpy", inline="always")
+def _scale(dest, b):
+    for p in range(dest.shape[0]):
+        for r in range(dest.shape[1]):
+            for q in range(dest.shape[2]):
+                dest[p, r, q] = 0.0 if b == 0 else b * dest[p, r, q]
+
+
+@njit(cache=True, error_model="numpy")
+def gather(x, index, out):
+    """out[p, i, q] = x[p, index[p, i, q], q]: ``torch.gather`` on the middle axis."""
+    n = x.shape[1]
+    for p in range(out.shape[0]):
+        for i in range(out.shape[1]):
+            for q in range(out.shape[2]):
+                r = index[p, i, q]
+                out[p, i, q] = x[p, r, q] if 0 <= r < n else np.nan
+
+
+@njit(cache=True, error_model="numpy")
+def scatter_add(g, index, dest, beta):
+    """dest = beta * dest + (g[p, i, q] added into dest[p, index[p, i, q], q]),
+    the gradient of ``gather``; repeated indices accumulate in order of i."""
+    b = _cast_like(dest, beta)
+    _scale(dest, b)
+    n = dest.shape[1]
+    for p in range(g.shape[0]):
+        for i in range(g.shape[1]):
+            for q in range(g.shape[2]):
+                r = index[p, i, q]
+                if 0 <= r < n:
+                    dest[p, r, q] += g[p, i, q]

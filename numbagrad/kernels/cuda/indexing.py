@@ -1,0 +1,236 @@
+"""CUDA indexing kernels: the launchers of ``kernels/cpu/indexing.py``'s
+names and signatures, one launch each.
+
+``place_nd`` sees its operands as 6-D (leading size-1 dims added on the host),
+so one compiled kernel serves every rank up to 6. The scatter-adds run one
+thread per destination element looping over the indices in order, so they
+are deterministic and add in the CPU kernels' order (no atomics).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import config, cuda, int64, types
+
+from ._core import THREADS, Config, array_type, grid, kernel, launch
+
+# what kernels.call may run (the rest are host helpers)
+KERNEL_NAMES = ("gather", "index_add", "index_select", "place_nd", "scatter_add")
+
+RANK = 6   # the highest rank place_nd takes on this device
+
+
+def as_strided(array, shape: tuple, strides: tuple, offset: int):
+    """A device array viewing ``array``'s memory: ``shape`` and byte ``strides``
+    from ``offset`` bytes after its first element (no data moves). It keeps
+    ``array`` referenced, as ``ops._common.reshaped`` does."""
+    shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        from ..cpu.indexing import as_strided as host_strided
+        view = FakeCUDAArray(host_strided(array._ary, shape, strides, offset))
+    else:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+        view = DeviceNDArray(shape, strides, array.dtype, stream=array.stream,
+                             gpu_data=array.gpu_data.view(offset))
+    view._numbagrad_base = array
+    return view
+
+
+def _as6(array):
+    """``array`` with leading size-1 dims up to rank 6 (a view)."""
+    pad = RANK - len(array.shape)
+    if pad == 0:
+        return array
+    return as_strided(array, (1,) * pad + tuple(array.shape), (0,) * pad + tuple(array.strides),
+                      0)
+
+
+def _a6(dt):
+    return array_type(dt, RANK, "A")
+
+
+def _a3(dt):
+    return array_type(dt, 3, "A")
+
+
+_I3 = array_type(int64, 3, "A")
+_I1 = array_type(int64, 1, "A")
+
+
+@cuda.jit(device=True)
+def _lattice(c, s, t, n):
+    """j with c == s + t * j and 0 <= j < n, or -1."""
+    off = c - s
+    if t < 0:
+        off, t = -off, -t
+    if off < 0 or off % t != 0 or off // t >= n:
+        return -1
+    return off // t
+
+
+@kernel("place_nd", lambda dt: (_a6(dt), _a6(dt), *([int64] * 12), dt, dt, types.boolean))
+def _place_nd_source(config: Config, dtype):
+    def place_nd_kernel(x, out, s0, s1, s2, s3, s4, s5, t0, t1, t2, t3, t4, t5, fill, beta,
+                        whole):
+        n = out.size if whole else x.size
+        shape = out.shape if whole else x.shape
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < n:
+            m = k
+            c5 = m % shape[5]
+            m //= shape[5]
+            c4 = m % shape[4]
+            m //= shape[4]
+            c3 = m % shape[3]
+            m //= shape[3]
+            c2 = m % shape[2]
+            m //= shape[2]
+            c1 = m % shape[1]
+            c0 = m // shape[1]
+            if whole:   # (c0..c5) indexes out: find x's element there, if any
+                j0 = _lattice(c0, s0, t0, x.shape[0])
+                j1 = _lattice(c1, s1, t1, x.shape[1])
+                j2 = _lattice(c2, s2, t2, x.shape[2])
+                j3 = _lattice(c3, s3, t3, x.shape[3])
+                j4 = _lattice(c4, s4, t4, x.shape[4])
+                j5 = _lattice(c5, s5, t5, x.shape[5])
+                inside = j0 >= 0 and j1 >= 0 and j2 >= 0 and j3 >= 0 and j4 >= 0 and j5 >= 0
+                v = x[j0, j1, j2, j3, j4, j5] if inside else fill
+                if beta == 0.0:
+                    out[c0, c1, c2, c3, c4, c5] = v
+                else:
+                    out[c0, c1, c2, c3, c4, c5] = v + beta * out[c0, c1, c2, c3, c4, c5]
+            else:       # (c0..c5) indexes x
+                v = x[c0, c1, c2, c3, c4, c5]
+                o0, o1, o2 = s0 + t0 * c0, s1 + t1 * c1, s2 + t2 * c2
+                o3, o4, o5 = s3 + t3 * c3, s4 + t4 * c4, s5 + t5 * c5
+                if beta == 0.0:
+                    out[o0, o1, o2, o3, o4, o5] = v
+                else:
+                    out[o0, o1, o2, o3, o4, o5] = v + beta * out[o0, o1, o2, o3, o4, o5]
+            k += stride
+
+    return place_nd_kernel
+
+
+@kernel("index_select", lambda dt: (_a3(dt), _I1, _a3(dt)))
+def _index_select_source(config: Config, dtype):
+    def index_select_kernel(x, index, out):
+        n = x.shape[1]
+        rows, cols = out.shape[1], out.shape[2]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < out.size:
+            p, i, q = k // (rows * cols), (k // cols) % rows, k % cols
+            r = index[i]
+            if r < 0:
+                r += n
+            out[p, i, q] = x[p, r, q] if 0 <= r < n else np.nan
+            k += stride
+
+    return index_select_kernel
+
+
+@kernel("index_add", lambda dt: (_a3(dt), _I1, _a3(dt), dt))
+def _index_add_source(config: Config, dtype):
+    def index_add_kernel(g, index, dest, beta):
+        n, cols, m = dest.shape[1], dest.shape[2], g.shape[1]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < dest.size:
+            p, r, q = k // (n * cols), (k // cols) % n, k % cols
+            acc = dtype(0.0) if beta == 0.0 else beta * dest[p, r, q]
+            for i in range(m):
+                j = index[i]
+                if j < 0:
+                    j += n
+                if j == r:
+                    acc += g[p, i, q]
+            dest[p, r, q] = acc
+            k += stride
+
+    return index_add_kernel
+
+
+@kernel("gather", lambda dt: (_a3(dt), _I3, _a3(dt)))
+def _gather_source(config: Config, dtype):
+    def gather_kernel(x, index, out):
+        n = x.shape[1]
+        rows, cols = out.shape[1], out.shape[2]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < out.size:
+            p, i, q = k // (rows * cols), (k // cols) % rows, k % cols
+            r = index[p, i, q]
+            out[p, i, q] = x[p, r, q] if 0 <= r < n else np.nan
+            k += stride
+
+    return gather_kernel
+
+
+@kernel("scatter_add", lambda dt: (_a3(dt), _I3, _a3(dt), dt))
+def _scatter_add_source(config: Config, dtype):
+    def scatter_add_kernel(g, index, dest, beta):
+        n, cols, m = dest.shape[1], dest.shape[2], g.shape[1]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < dest.size:
+            p, r, q = k // (n * cols), (k // cols) % n, k % cols
+            acc = dtype(0.0) if beta == 0.0 else beta * dest[p, r, q]
+            for i in range(m):
+                if index[p, i, q] == r:
+                    acc += g[p, i, q]
+            dest[p, r, q] = acc
+            k += stride
+
+    return scatter_add_kernel
+
+
+# ------------------------------------------------------------ launchers
+def first_out_of_range(index, low, high):
+    """See ``kernels.cpu.indexing.first_out_of_range`` (a host check)."""
+    from ..cpu.indexing import first_out_of_range as host_check
+    return host_check(index, low, high)
+
+
+def place_nd(x, out, start, step, fill, beta, whole) -> None:
+    """See ``kernels.cpu.place_nd``; ranks up to 6."""
+    rank = len(out.shape)
+    if rank > RANK:
+        raise ValueError(f"place_nd: the cuda kernels take at most {RANK} dims, got shape "
+                         f"{tuple(out.shape)}")
+    n = out.size if whole else x.size
+    if n:
+        pad = [0] * (RANK - rank)
+        s = pad + [int(v) for v in start]
+        t = [1] * (RANK - rank) + [int(v) for v in step]
+        dt = out.dtype.type
+        launch("place_nd", out.dtype, grid(n), THREADS, _as6(x), _as6(out), *s, *t, dt(fill),
+               dt(beta), bool(whole))
+
+
+def index_select(x, index, out) -> None:
+    """See ``kernels.cpu.index_select``."""
+    if out.size:
+        launch("index_select", out.dtype, grid(out.size), THREADS, x, index, out)
+
+
+def index_add(g, index, dest, beta) -> None:
+    """See ``kernels.cpu.index_add``."""
+    if dest.size:
+        launch("index_add", dest.dtype, grid(dest.size), THREADS, g, index, dest,
+               dest.dtype.type(beta))
+
+
+def gather(x, index, out) -> None:
+    """See ``kernels.cpu.gather``."""
+    if out.size:
+        launch("gather", out.dtype, grid(out.size), THREADS, x, index, out)
+
+
+def scatter_add(g, index, dest, beta) -> None:
+    """See ``kernels.cpu.scatter_add``."""
+    if dest.size:
+        launch("scatter_add", dest.dtype, grid(dest.size), THREADS, g, index, dest,
+               dest.dtype.type(beta))
