@@ -171,8 +171,14 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:
-        """The transpose of a 2-D tensor, a view (vectors: the tensor itself)."""
-        return ops.transpose(self)
+        """Every dim reversed, as NumPy's ``.T`` (a 2-D tensor's transpose;
+        vectors and 0-d: the tensor itself); see ``ng.permute`` for views."""
+        return ops.shape._reversed_dims(self)
+
+    @property
+    def mT(self) -> Tensor:
+        """The last two dims swapped, PyTorch's ``.mT`` (needs 2 dims)."""
+        return ops.shape._matrix_transpose(self)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """NumPy ufuncs on tensors run the ng op (recorded on the tape), so a

@@ -1,24 +1,59 @@
-"""Shape ops: transpose and reshape, views of their input's data (no copy)."""
+"""Shape ops: reshape, permute, transpose, squeeze, unsqueeze, flatten and
+broadcasts, any rank.
+
+On the CPU each returns a read-only view of its input's data (reshape and
+flatten of a strided view copy first). On CUDA a result that is C-contiguous
+(or a 2-D transpose, which a GEMM reads through its flag) is a view too; any
+other (a permute, a broadcast) is a C-contiguous copy made by one
+``expand_nd`` launch, since the other CUDA kernels read C-contiguous or 2-D
+operands. A view never lets an op write its input: ops write only their own
+outputs, and the CPU views are read-only.
+"""
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .. import kernels
-from ..kernels import scalar as codes
+from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor, _seen, _wrappers
-from ._common import contiguous, describe, ones, operand, reshaped, result, scalar_of
+from ._common import contiguous, describe, ones, operand, reshaped, result
 
 
-def transpose(x: Any) -> Tensor:
-    """``x.T``: a 2-D tensor's transpose as a strided view (a GEMM reads it
-    through its transpose flag); vectors and 0-d tensors are returned as is."""
-    x = operand(x, "transpose")
-    if x.ndim < 2:
-        return x
-    return _view_of(x, result(x._data.T, x._kern, (x,), _transpose_backward, (), pool=x._pool))
+# ------------------------------------------------------------ views
+def _view(kern: Any, data: Any, fn: Callable) -> Any:
+    """``fn(data)`` for a NumPy function ``fn`` that only re-strides (indexing,
+    transposes, broadcasts), as an array of ``data``'s device."""
+    if kern.name == "cpu":
+        return fn(data)
+    base = np.empty(1, data.dtype)   # a probe with data's layout: fn never reads it
+    probe = np.lib.stride_tricks.as_strided(base, tuple(data.shape), tuple(data.strides))
+    view = fn(probe)
+    offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return kern.as_strided(data, view.shape, view.strides, offset)
+
+
+def _is_transpose2d(view: Any) -> bool:
+    """A 2-D F-contiguous view: a C-contiguous matrix's transpose."""
+    return len(view.shape) == 2 and view.strides[0] == view.dtype.itemsize \
+        and view.strides[1] == view.shape[0] * view.dtype.itemsize
+
+
+def _viewed(x: Tensor, fn: Callable, backward: Callable, saved: tuple = ()) -> Tensor:
+    """The op output ``fn(x's data)``: a view where the module docstring says,
+    else a C-contiguous copy (one ``expand_nd``)."""
+    kern = x._kern
+    view = _view(kern, x._data, fn)
+    if kern.name == "cpu" or kern.is_c_contiguous(view) or _is_transpose2d(view):
+        if kern.name == "cpu" and view.flags.writeable:
+            view.flags.writeable = False
+        return _view_of(x, result(view, kern, (x,), backward, saved, pool=x._pool))
+    out = buffers.take(kern, tuple(view.shape), view.dtype)
+    kernels.call(kern, "expand_nd", out.size, view, out, 1.0, 0.0)
+    return result(out, kern, (x,), backward, saved)
 
 
 def _view_of(x: Tensor, out: Tensor) -> Tensor:
@@ -28,35 +63,120 @@ def _view_of(x: Tensor, out: Tensor) -> Tensor:
     return out
 
 
-def _transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+def _axis(axis: Any, ndim: int, op: str, what: str = "axis") -> int:
+    """``axis`` in [-ndim, ndim) as a non-negative int, or an IndexError."""
+    try:
+        a = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{op}: {what} must be an integer, got {axis!r}") from None
+    if not -ndim <= a < ndim:
+        raise IndexError(f"{op}: {what} {a} is out of range for a tensor of {ndim} dims "
+                         f"(expected [{-ndim}, {ndim - 1}])")
+    return a % ndim
+
+
+def _dims(args: tuple) -> tuple:
+    """``f(x, 1, 0)`` and ``f(x, (1, 0))`` alike."""
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+# ------------------------------------------------------------ permutes
+def permute(x: Any, *dims: Any) -> Tensor:
+    """``x.permute(*dims)`` / ``ng.permute(x, dims)``: the dims reordered, as
+    ``torch.permute`` (a view on the CPU; on CUDA a copy unless it is a 2-D
+    transpose)."""
+    x = operand(x, "permute")
+    dims = _dims(dims)
+    perm = tuple(_axis(d, x.ndim, "permute", "dim") for d in dims) if x.ndim else dims
+    if len(dims) != x.ndim or sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"permute: dims {dims} are not a permutation of the {x.ndim} dims "
+                         f"of a tensor of {describe(x)}")
+    return _permuted(x, perm)
+
+
+def _permuted(x: Tensor, perm: tuple) -> Tensor:
+    if perm == tuple(range(x.ndim)):
+        return _viewed(x, lambda a: a[...], _permute_backward, (perm,))
+    return _viewed(x, lambda a: a.transpose(perm), _permute_backward, (perm,))
+
+
+def _permute_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
+    (perm,) = node.saved
     kern, dtype = x._kern, x._data.dtype
     if gout is None:
-        gout = ones(kern, x.shape[::-1], dtype)
+        gout = ones(kern, tuple(x.shape[p] for p in perm), dtype)
+    inverse = tuple(np.argsort(perm)) if perm else ()
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "unary", dest.size, codes.IDENT, gout.T, dest, scalar_of(dtype, 0.0),
-                 scalar_of(dtype, 1.0), scalar_of(dtype, beta))
+    g = _view(kern, gout, lambda a: a.transpose(inverse))   # gout read as x's layout
+    kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
 
 
+def transpose(x: Any, dim0: int = -2, dim1: int = -1) -> Tensor:
+    """``torch.transpose``: dims ``dim0`` and ``dim1`` swapped (by default the
+    last two, so a 2-D call is the matrix transpose). A view on the CPU and
+    for 2-D on CUDA (a GEMM reads it through its transpose flag), else on
+    CUDA a copy. Needs 2 dims for the defaults, as PyTorch."""
+    x = operand(x, "transpose")
+    a = _axis(dim0, max(x.ndim, 1), "transpose", "dim0")
+    b = _axis(dim1, max(x.ndim, 1), "transpose", "dim1")
+    perm = list(range(x.ndim))
+    if x.ndim:
+        perm[a], perm[b] = perm[b], perm[a]
+    return _permuted(x, tuple(perm))
+
+
+def _matrix_transpose(x: Tensor) -> Tensor:
+    """``x.mT``: the last two dims swapped (PyTorch's; needs 2 dims)."""
+    if x.ndim < 2:
+        raise ValueError(f"mT: needs a tensor of at least 2 dims, got {describe(x)}")
+    return transpose(x, -2, -1)
+
+
+def _reversed_dims(x: Tensor) -> Tensor:
+    """``x.T``: every dim reversed, as NumPy (vectors and 0-d: the tensor itself)."""
+    if x.ndim < 2:
+        return x
+    return _permuted(x, tuple(range(x.ndim - 1, -1, -1)))
+
+
+# ------------------------------------------------------------ reshapes
 def reshape(x: Any, *shape: Any) -> Tensor:
-    """``x.reshape(*shape)`` with NumPy's rules (one -1 allowed), at most 2-D.
+    """``x.reshape(*shape)`` with NumPy's rules (one -1 allowed), any rank.
 
     A view when the data is C-contiguous, else a copy.
     """
     x = operand(x, "reshape")
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
+    return _reshaped(x, _new_shape(x, _dims(shape), "reshape"), "reshape")
+
+
+def view(x: Any, *shape: Any) -> Tensor:
+    """``x.view(*shape)``: ``reshape`` that is always a view, so it needs
+    C-contiguous data (PyTorch also views some strided layouts; use
+    ``reshape``, which copies them)."""
+    x = operand(x, "view")
+    new = _new_shape(x, _dims(shape), "view")
+    if not x._kern.is_c_contiguous(x._data):
+        raise ValueError(f"view: the data of a tensor of {describe(x)} is not "
+                         f"C-contiguous (a permute or slice); use reshape, which copies")
+    return _reshaped(x, new, "view")
+
+
+def _new_shape(x: Tensor, shape: tuple, op: str) -> tuple:
     try:
-        new = np.empty(x.shape, dtype=np.uint8).reshape(shape).shape   # NumPy's checks
+        return np.empty(x.shape, dtype=np.uint8).reshape(shape).shape   # NumPy's checks
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"reshape: cannot reshape a tensor of {describe(x)} to "
+        raise ValueError(f"{op}: cannot reshape a tensor of {describe(x)} to "
                          f"{shape}: {exc}") from None
-    if len(new) > 2:
-        raise ValueError(f"reshape: tensors have at most 2 dims, got shape {new}")
+
+
+def _reshaped(x: Tensor, new: tuple, op: str) -> Tensor:
     data = contiguous(x)
     pool = x._pool if data is x._data else data
-    return _view_of(x, result(reshaped(data, new), x._kern, (x,), _reshape_backward, (),
-                              pool=pool))
+    out = reshaped(data, new)
+    if x._kern.name == "cpu" and out.flags.writeable:
+        out.flags.writeable = False
+    return _view_of(x, result(out, x._kern, (x,), _reshape_backward, (), pool=pool))
 
 
 def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -67,3 +187,89 @@ def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         gout = ones(kern, x.shape, x._data.dtype)
     kernels.call(kern, "axpby", dest.size, 1.0, reshaped(gout, dest.shape), beta, dest)
 
+
+def flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """``torch.flatten``: dims ``start_dim`` to ``end_dim`` merged into one (a
+    0-d tensor becomes 1-D); a view when the data is C-contiguous, else a copy."""
+    x = operand(x, "flatten")
+    n = max(x.ndim, 1)
+    a, b = _axis(start_dim, n, "flatten", "start_dim"), _axis(end_dim, n, "flatten", "end_dim")
+    if a > b:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} "
+                         f"for a tensor of {describe(x)}")
+    shape = x.shape or (1,)
+    return _reshaped(x, shape[:a] + (int(np.prod(shape[a:b + 1])),) + shape[b + 1:], "flatten")
+
+
+def squeeze(x: Any, axis: Any = None) -> Tensor:
+    """``np.squeeze``: size-1 dims removed (all, or the int/tuple ``axis``).
+    As NumPy, naming an axis whose size is not 1 raises (PyTorch would
+    silently keep it). A view (on CUDA a copy when the data is strided)."""
+    x = operand(x, "squeeze")
+    if axis is None:
+        axes = tuple(d for d, n in enumerate(x.shape) if n == 1)
+    else:
+        axes = tuple(_axis(a, x.ndim, "squeeze") for a in
+                     (axis if isinstance(axis, (tuple, list)) else (axis,)))
+        bad = [a for a in axes if x.shape[a] != 1]
+        if bad:
+            raise ValueError(f"squeeze: axis {bad[0]} has size {x.shape[bad[0]]}, not 1, in a "
+                             f"tensor of {describe(x)}")
+    return _viewed(x, lambda a: np.squeeze(a, axes), _reshape_backward)
+
+
+def unsqueeze(x: Any, axis: int) -> Tensor:
+    """``torch.unsqueeze``: a size-1 dim inserted at ``axis`` (in
+    [-ndim - 1, ndim]). A view (on CUDA a copy when the data is strided)."""
+    x = operand(x, "unsqueeze")
+    a = _axis(axis, x.ndim + 1, "unsqueeze")
+    return _viewed(x, lambda d: np.expand_dims(d, a), _reshape_backward)
+
+
+# ------------------------------------------------------------ broadcasts
+def broadcast_to(x: Any, shape: Any) -> Tensor:
+    """``np.broadcast_to``: ``x`` repeated along new leading dims and along its
+    size-1 dims to ``shape``. A read-only view on the CPU, a copy on CUDA;
+    its gradient sums over the repeated dims."""
+    x = operand(x, "broadcast_to")
+    shape = _shape_of(shape, "broadcast_to")
+    if len(shape) < x.ndim or any(n != m and n != 1 for n, m in
+                                  zip(x.shape, shape[len(shape) - x.ndim:])):
+        raise ValueError(f"broadcast_to: a tensor of {describe(x)} cannot be broadcast to "
+                         f"shape {shape}")
+    return _viewed(x, lambda a: np.broadcast_to(a, shape), _broadcast_backward, (shape,))
+
+
+def expand(x: Any, *shape: Any) -> Tensor:
+    """``x.expand(*shape)``, PyTorch's: ``broadcast_to`` where -1 keeps a dim's size."""
+    x = operand(x, "expand")
+    shape = _shape_of(_dims(shape), "expand")
+    lead = len(shape) - x.ndim
+    if lead < 0 or -1 in shape[:lead]:
+        raise ValueError(f"expand: shape {shape} cannot expand a tensor of {describe(x)} "
+                         "(-1 only for its own dims)")
+    return broadcast_to(x, shape[:lead] + tuple(n if m == -1 else m for n, m in
+                                                zip(x.shape, shape[lead:])))
+
+
+def _shape_of(shape: Any, op: str) -> tuple:
+    try:
+        shape = (operator.index(shape),) if not isinstance(shape, (tuple, list)) else \
+            tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"{op}: a shape must be integers, got {shape!r}") from None
+    if any(n < -1 or (n == -1 and op != "expand") for n in shape):
+        raise ValueError(f"{op}: a shape cannot have negative sizes, got {shape}")
+    return shape
+
+
+def _broadcast_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    (shape,) = node.saved
+    kern, dtype = x._kern, x._data.dtype
+    dest, beta = ctx.dest(x)
+    if gout is None:
+        gout = ones(kern, shape, dtype)
+    lead = len(gout.shape) - x.ndim
+    kernels.call(kern, "sum_to_nd", gout.size, gout,
+                 reshaped(dest, (1,) * lead + tuple(dest.shape)), 1.0, beta)

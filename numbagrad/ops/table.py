@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..kernels import scalar as codes
 from ..tensor import Tensor
 from . import elementwise as ew
-from . import losses, matmul, reductions, shape
+from . import indexing, join, losses, matmul, reductions, shape
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,6 @@ OPS: tuple[Op, ...] = (
     Op("mean", reductions.mean, method=True, torch="torch.mean(a)"),
     Op("softmax", reductions.softmax, method=True, torch="torch.softmax(a, -1)"),
     Op("log_softmax", reductions.log_softmax, method=True, torch="torch.log_softmax(a, -1)"),
-    Op("reshape", shape.reshape, method=True, torch="torch.reshape(a, (4, 3))",
-       args=((4, 3),)),
-    Op("transpose", shape.transpose, torch="torch.transpose(a, 0, 1)"),
     Op("matmul", matmul.matmul, operators=("__matmul__", "__rmatmul__"), numpy=("matmul",),
        torch="torch.matmul(a, b)", sample=((3, 4), (4, 2))),
     Op("linear", matmul.linear, torch="F.linear(a, b)", sample=((3, 4), (2, 4))),
@@ -92,6 +89,31 @@ OPS: tuple[Op, ...] = (
     Op("binary_cross_entropy_with_logits", losses.binary_cross_entropy_with_logits,
        torch="F.binary_cross_entropy_with_logits(a, b)", sample=((3, 4), (3, 4)), targets=1),
     # --- shape, joining and indexing ops
+    Op("reshape", shape.reshape, method=True, torch="torch.reshape(a, (4, 3))",
+       args=((4, 3),)),
+    Op("view", shape.view, method=True, torch="a.view(2, 1, 6)", args=((2, 1, 6),)),
+    Op("permute", shape.permute, method=True, torch="a.permute(2, 0, 1)",
+       sample=((2, 3, 4),), args=((2, 0, 1),)),
+    Op("transpose", shape.transpose, method=True, torch="torch.transpose(a, 0, 2)",
+       sample=((2, 3, 4),), args=(0, 2)),
+    Op("flatten", shape.flatten, method=True, torch="torch.flatten(a, 1)",
+       sample=((2, 3, 4),), args=(1,)),
+    Op("squeeze", shape.squeeze, method=True, torch="torch.squeeze(a, 1)",
+       sample=((2, 1, 4),), args=(1,)),
+    Op("unsqueeze", shape.unsqueeze, method=True, torch="torch.unsqueeze(a, -1)",
+       args=(-1,)),
+    Op("broadcast_to", shape.broadcast_to, method=True,
+       torch="torch.broadcast_to(a, (2, 3, 4))", sample=((3, 1),), args=((2, 3, 4),)),
+    Op("expand", shape.expand, method=True, torch="a.expand(2, -1, 4)", sample=((3, 1),),
+       args=(2, -1, 4)),
+    Op("concatenate", join.concatenate),   # these take a list: tests/test_join.py
+    Op("cat", join.cat),
+    Op("stack", join.stack),
+    Op("split", join.split),
+    Op("pad", join.pad, torch="F.pad(a, (2, 0, 1, 1), value=0.5)",
+       args=(((1, 1), (2, 0)), 0.5)),
+    Op("getitem", indexing.getitem, operators=("__getitem__",)),
+    Op("gather", indexing.gather, method=True),
     # --- selection, comparison and casting ops
 )
 

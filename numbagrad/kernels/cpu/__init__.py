@@ -24,8 +24,7 @@ from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F40
 from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
                      pointwise_loss, pointwise_loss_mt)
 from .matmul import gemm, linear  # noqa: F401
-from .indexing import (as_strided, first_out_of_range, gather, index_add,  # noqa: F401
-                       index_select, place_nd, scatter_add)
+from .indexing import gather, index_add, index_select, place_nd, scatter_add  # noqa: F401
 from .indexing import KERNEL_NAMES as _indexing_kernels
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)

@@ -18,24 +18,6 @@ from ._threads import _cast_like
 KERNEL_NAMES = ("gather", "index_add", "index_select", "place_nd", "scatter_add")
 
 
-class _Window:
-    """An object whose ``__array_interface__`` is a view of ``owner``'s memory."""
-
-    def __init__(self, owner, interface: dict) -> None:
-        self.owner = owner
-        self.__array_interface__ = interface
-
-
-def as_strided(array: np.ndarray, shape: tuple, strides: tuple, offset: int) -> np.ndarray:
-    """A view of ``array``'s memory: ``shape`` and byte ``strides`` from the
-    element ``offset`` bytes after its first one (not a kernel: no data moves)."""
-    start = array.__array_interface__["data"][0] + offset
-    view = np.asarray(_Window(array, {"data": (start, not array.flags.writeable),
-                                      "shape": tuple(shape), "strides": tuple(strides),
-                                      "typestr": array.dtype.str, "version": 3}))
-    return view
-
-
 @njit(cache=True, error_model="numpy")
 def first_out_of_range(index, low, high):
     """Position of the first value of the flat ``index`` outside [low, high), or -1."""

@@ -24,8 +24,8 @@ from .elementwise import (axpby, binary, binary_backward, fill, scaled_add,  # n
                           sum_to, unary, unary_backward)
 from .losses import cross_entropy, mse, pointwise_loss
 from .matmul import gemm, linear  # noqa: F401
-from .indexing import (as_strided, first_out_of_range, gather, index_add,  # noqa: F401
-                       index_select, place_nd, scatter_add)
+from .indexing import (as_strided, gather, index_add, index_select,  # noqa: F401
+                       place_nd, scatter_add)
 from .indexing import KERNEL_NAMES as _indexing_kernels
 from .optim import *  # noqa: F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names

@@ -19,6 +19,15 @@ KERNEL_NAMES = ("gather", "index_add", "index_select", "place_nd", "scatter_add"
 RANK = 6   # the highest rank place_nd takes on this device
 
 
+class _Window:
+    """An object whose ``__array_interface__`` views ``owner``'s memory (the
+    simulator's device arrays are NumPy arrays)."""
+
+    def __init__(self, owner, interface: dict) -> None:
+        self.owner = owner
+        self.__array_interface__ = interface
+
+
 def as_strided(array, shape: tuple, strides: tuple, offset: int):
     """A device array viewing ``array``'s memory: ``shape`` and byte ``strides``
     from ``offset`` bytes after its first element (no data moves). It keeps
@@ -26,8 +35,11 @@ def as_strided(array, shape: tuple, strides: tuple, offset: int):
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
     if config.ENABLE_CUDASIM:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        from ..cpu.indexing import as_strided as host_strided
-        view = FakeCUDAArray(host_strided(array._ary, shape, strides, offset))
+        host = array._ary
+        start = host.__array_interface__["data"][0] + offset
+        view = FakeCUDAArray(np.asarray(_Window(host, {
+            "data": (start, False), "shape": shape, "strides": strides,
+            "typestr": host.dtype.str, "version": 3})))
     else:
         from numba.cuda.cudadrv.devicearray import DeviceNDArray
         view = DeviceNDArray(shape, strides, array.dtype, stream=array.stream,
@@ -188,12 +200,6 @@ def _scatter_add_source(config: Config, dtype):
 
 
 # ------------------------------------------------------------ launchers
-def first_out_of_range(index, low, high):
-    """See ``kernels.cpu.indexing.first_out_of_range`` (a host check)."""
-    from ..cpu.indexing import first_out_of_range as host_check
-    return host_check(index, low, high)
-
-
 def place_nd(x, out, start, step, fill, beta, whole) -> None:
     """See ``kernels.cpu.place_nd``; ranks up to 6."""
     rank = len(out.shape)

@@ -1,0 +1,274 @@
+"""Indexing: ``x[key]`` (NumPy's basic indexing, and one integer array as
+its advanced indexing on one axis) and ``torch.gather``.
+
+Basic indexing (integers, slices of any step, ``None``, ``Ellipsis``) is a
+view (see ``ops/shape.py``: on CUDA a copy when the result is strided); its
+gradient is written by one ``place_nd`` into the whole destination. An
+integer array selects with ``index_select`` and its gradient scatter-adds
+(``index_add``), so repeated indices accumulate: ``E[idx]`` is an embedding
+lookup. Host indices are range-checked before anything runs; a CUDA device
+array of indices is not (an index outside the axis reads as nan and adds
+nothing), nor are indices a compiled step (``ng.compile``) is given later.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from .. import buffers, kernels
+from ..kernels.cpu.indexing import first_out_of_range
+from ..tape import Node, _Backward
+from ..tensor import Tensor
+from ._common import describe, ones, operand, reshaped, result
+from .shape import _axis, _view, _viewed
+
+
+# ------------------------------------------------------------ helpers
+def _collapse(shape: tuple, strides: tuple) -> int | None:
+    """The stride of ``shape``'s dims merged into one, or None when they do not merge."""
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    for (_, s0), (n1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * n1:
+            return None
+    return dims[-1][1] if dims else 0
+
+
+def _grouped(kern: Any, data: Any, a: int) -> Any:
+    """``data`` as (prod(shape[:a]), shape[a], prod(shape[a+1:])): a view when
+    its strides allow, else a C-contiguous copy (one ``expand_nd``)."""
+    shape, strides = tuple(data.shape), tuple(data.strides)
+    three = (int(np.prod(shape[:a])), shape[a], int(np.prod(shape[a + 1:])))
+    pre, post = _collapse(shape[:a], strides[:a]), _collapse(shape[a + 1:], strides[a + 1:])
+    if pre is None or post is None or 0 in shape:
+        if 0 not in shape and not kern.is_c_contiguous(data):
+            copy = buffers.take(kern, shape, data.dtype)
+            kernels.call(kern, "expand_nd", copy.size, data, copy, 1.0, 0.0)
+            data = copy
+        return reshaped(data, three)
+    if kern.name == "cpu":
+        return data.reshape(three)   # the strides merge, so NumPy makes a view
+    return kern.as_strided(data, three, (pre, strides[a], post), 0)
+
+
+def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> Any:
+    """Integer indices as an int64 array on ``kern``'s device (host ones checked
+    to lie in [low, high) first), keeping their shape."""
+    if isinstance(index, Tensor):
+        raise TypeError(f"{op}: indices must be integers (a NumPy integer array), got a "
+                        f"{index.dtype} Tensor")
+    if kern.name != "cpu" and kern.is_device_array(index):
+        if index.dtype.kind not in "iu" or not kern.is_c_contiguous(index):
+            raise TypeError(f"{op}: device indices must be a C-contiguous integer array, "
+                            f"got {index.dtype}")
+        return index
+    host = np.asarray(index)
+    if host.dtype.kind not in "iu" or host.dtype == np.bool_:
+        raise TypeError(f"{op}: indices must be integers, got dtype {host.dtype}")
+    bad = first_out_of_range(host.reshape(-1), low, high)
+    if bad >= 0:
+        raise IndexError(f"{op}: index {host.reshape(-1)[bad]} is out of range for axis "
+                         f"{axis} of size {high} (at position "
+                         f"{np.unravel_index(bad, host.shape) if host.ndim else ()})")
+    if kern.name == "cpu":
+        return host if host.dtype == np.int64 and host.flags.c_contiguous else _as_int64(host)
+    out = buffers.take(kern, host.shape, np.int64)
+    kernels.call(kern, "upload", 0, host if host.dtype == np.int64 else _as_int64(host), out)
+    return out
+
+
+@kernels.host_copy
+def _as_int64(host: np.ndarray) -> np.ndarray:
+    """A C-contiguous int64 copy of host indices (``ng.compile`` records which
+    argument such a copy came from)."""
+    return np.ascontiguousarray(host, np.int64)
+
+
+# ------------------------------------------------------------ x[key]
+def _is_index_array(item: Any) -> bool:
+    return isinstance(item, (list, np.ndarray)) or (
+        hasattr(item, "__cuda_array_interface__") and not isinstance(item, Tensor))
+
+
+def _parse(x: Tensor, key: Any) -> tuple:
+    """(basic key, lattice (start, step, counts) per dim of x, the array's
+    (x dim, dim in the basic view) or None, and whether its dims go first)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(item is Ellipsis for item in key) > 1:
+        raise IndexError("x[key]: at most one Ellipsis (...) per key")
+    for item in key:
+        if isinstance(item, (bool, np.bool_, Tensor, float)) or (
+                isinstance(item, np.ndarray) and item.dtype == np.bool_):
+            raise TypeError(f"x[key]: {type(item).__name__} keys are not supported: use "
+                            "integers, slices, None, ... or one integer array")
+    used = sum(item is not None and item is not Ellipsis for item in key)
+    if used > x.ndim:
+        raise IndexError(f"x[key]: too many indices ({used}) for a tensor of {describe(x)}")
+    at = next((i for i, item in enumerate(key) if item is Ellipsis), len(key))
+    full = key[:at] + (slice(None),) * (x.ndim - used) + key[at + 1:]
+    basic, start, step, counts, advanced, array = [], [], [], [], [], None
+    d = v = 0   # the dim of x and of the basic view
+    for pos, item in enumerate(full):
+        if item is None:
+            basic.append(None)
+            v += 1
+            continue
+        n = x.shape[d]
+        if _is_index_array(item):
+            if array is not None:
+                raise IndexError("x[key]: at most one integer array per key (advanced "
+                                 "indexing on one axis)")
+            array = (d, v, item)
+            advanced.append(pos)
+            item = slice(None)
+        if isinstance(item, slice):
+            first, stop, stride = item.indices(n)
+            basic.append(item)
+            start.append(first)
+            step.append(stride)
+            counts.append(len(range(first, stop, stride)))
+            v += 1
+        else:
+            try:
+                i = operator.index(item)
+            except TypeError:
+                raise TypeError(f"x[key]: cannot index with {item!r}") from None
+            if not -n <= i < n:
+                raise IndexError(f"x[key]: index {i} is out of range for axis {d} of size {n}")
+            basic.append(i)
+            start.append(i % n)
+            step.append(1)
+            counts.append(1)
+            advanced.append(pos)
+        d += 1
+    first_dims = array is not None and advanced[-1] - advanced[0] != len(advanced) - 1
+    lattice = (np.array(start, np.int64), np.array(step, np.int64), tuple(counts))
+    return tuple(basic) + (Ellipsis,), lattice, array, first_dims
+
+
+def getitem(x: Any, key: Any) -> Tensor:
+    """``x[key]`` with NumPy's rules: integers, slices of any step, ``None``,
+    ``...``, and one integer array (a NumPy integer array of any shape, a
+    list, or on "cuda" a Numba device array) indexing one axis as NumPy's
+    advanced indexing does (negative indices count from the end). Without an
+    array it is a view (on CUDA a copy when strided); with one a new array,
+    whose gradient adds repeated indices up, as ``nn.Embedding``'s does."""
+    x = operand(x, "x[key]")
+    basic, lattice, array, first_dims = _parse(x, key)
+    if array is None:
+        return _viewed(x, lambda a: a[basic], _basic_backward, (lattice,))
+    kern = x._kern
+    d, v, index = array
+    n = x.shape[d]
+    index = _indices(kern, index, "x[key]", -n, n, d)
+    view = _view(kern, x._data, lambda a: a[basic])
+    vshape = tuple(view.shape)
+    rest = vshape[:v] + vshape[v + 1:]
+    shape = tuple(index.shape) + rest if first_dims else \
+        vshape[:v] + tuple(index.shape) + vshape[v + 1:]
+    out = buffers.take(kern, shape, x.dtype)
+    m = int(np.prod(index.shape))
+    flat = reshaped(index, (m,))
+    kernels.call(kern, "index_select", out.size, _grouped(kern, view, v), flat,
+                 _out3(kern, out, vshape, v, m, first_dims))
+    whole = view.shape == x.shape and all(b == slice(None) for b in basic[:-1])
+    return result(out, kern, (x,), _select_backward,
+                  (flat, shape, vshape, v, first_dims, None if whole else lattice))
+
+
+def _out3(kern: Any, out: Any, vshape: tuple, v: int, m: int, first_dims: bool) -> Any:
+    """The (pre, m, post) view of a C-contiguous selection ``out``; when the
+    index dims come first, ``out`` is laid out (m, pre, post)."""
+    pre, post = int(np.prod(vshape[:v])), int(np.prod(vshape[v + 1:]))
+    if not first_dims:
+        return reshaped(out, (pre, m, post))
+    if kern.name == "cpu":
+        return out.reshape(m, pre, post).transpose(1, 0, 2)
+    size = out.dtype.itemsize
+    return kern.as_strided(out, (pre, m, post), (post * size, pre * post * size, size), 0)
+
+
+def _basic_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    ((start, step, counts),) = node.saved
+    kern = x._kern
+    if gout is None:
+        gout = ones(kern, counts, x._data.dtype)
+    dest, beta = ctx.dest(x)
+    kernels.call(kern, "place_nd", dest.size, reshaped(gout, counts), dest, start, step, 0.0,
+                 beta, True)
+
+
+def _select_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    flat, shape, vshape, v, first_dims, lattice = node.saved
+    kern, dtype = x._kern, x._data.dtype
+    if gout is None:
+        gout = ones(kern, shape, dtype)
+    g3 = _out3(kern, gout, vshape, v, flat.shape[0], first_dims)
+    three = _three(vshape, v)
+    dest, beta = ctx.dest(x)
+    if lattice is None:   # the array indexed x itself: scatter straight into dest
+        kernels.call(kern, "index_add", dest.size, g3, flat, reshaped(dest, three), beta)
+        return
+    grad = buffers.take(kern, vshape, dtype)   # the basic view's gradient, then placed
+    kernels.call(kern, "index_add", grad.size, g3, flat, reshaped(grad, three), 0.0)
+    start, step, counts = lattice
+    kernels.call(kern, "place_nd", dest.size, reshaped(grad, counts), dest, start, step, 0.0,
+                 beta, True)
+
+
+def _three(shape: tuple, a: int) -> tuple:
+    return (int(np.prod(shape[:a])), shape[a], int(np.prod(shape[a + 1:])))
+
+
+# ------------------------------------------------------------ gather
+def gather(x: Any, axis: int, index: Any) -> Tensor:
+    """``torch.gather(x, axis, index)``: out[i][j][k] = x[i][index[i][j][k]][k]
+    for axis 1 (likewise for any axis; Q(s, a) in RL). ``index`` holds
+    integers in [0, x.shape[axis]) (a NumPy array, or on "cuda" a Numba device
+    array), has x's rank and at most x's size along every other axis. The
+    gradient adds repeated indices up."""
+    op = "gather"
+    x = operand(x, op)
+    if x.ndim == 0:
+        raise ValueError(f"{op}: needs a tensor of at least 1 dim, got {describe(x)}")
+    a = _axis(axis, x.ndim, op)
+    kern = x._kern
+    shape = tuple(np.shape(index)) if not (kern.name != "cpu" and kern.is_device_array(index)) \
+        else tuple(index.shape)
+    if len(shape) != x.ndim or any(m > n for d, (m, n) in enumerate(zip(shape, x.shape))
+                                   if d != a):
+        raise ValueError(f"{op}: index of shape {shape} does not fit a tensor of "
+                         f"{describe(x)} along axis {a} (same rank, at most its size "
+                         "along the other axes)")
+    index = _indices(kern, index, op, 0, x.shape[a], a)
+    part = tuple(slice(None) if d == a else slice(0, m) for d, m in enumerate(shape))
+    whole = all(m == n for d, (m, n) in enumerate(zip(shape, x.shape)) if d != a)
+    view = x._data if whole else _view(kern, x._data, lambda t: t[part])
+    out = buffers.take(kern, shape, x.dtype)
+    idx3 = reshaped(index, _three(shape, a))
+    kernels.call(kern, "gather", out.size, _grouped(kern, view, a), idx3,
+                 reshaped(out, _three(shape, a)))
+    saved = (idx3, tuple(view.shape), a, None if whole else part)
+    return result(out, kern, (x,), _gather_backward, saved)
+
+
+def _gather_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    idx3, vshape, a, part = node.saved
+    kern, dtype = x._kern, x._data.dtype
+    if gout is None:
+        gout = ones(kern, tuple(idx3.shape), dtype)
+    g3 = reshaped(gout, tuple(idx3.shape))
+    dest, beta = ctx.dest(x)
+    if part is None:
+        kernels.call(kern, "scatter_add", dest.size, g3, idx3, reshaped(dest, _three(vshape, a)),
+                     beta)
+        return
+    tmp = buffers.take(kern, vshape, dtype)
+    kernels.call(kern, "scatter_add", tmp.size, g3, idx3, reshaped(tmp, _three(vshape, a)), 0.0)
+    start = np.zeros(len(vshape), np.int64)
+    kernels.call(kern, "place_nd", dest.size, tmp, dest, start, np.ones(len(vshape), np.int64),
+                 0.0, beta, True)

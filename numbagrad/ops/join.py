@@ -1,0 +1,179 @@
+"""Joining ops: concatenate (``cat``), stack, split and pad, any rank.
+
+``concatenate`` and ``stack`` write each input into its slice of a new
+array with one ``place_nd`` launch per input (CUDA too); each input's
+gradient is one ``expand_nd`` read of its slice of the output gradient.
+``split`` returns views (``x[..., a:b]``), ``pad`` a new array (one launch).
+"""
+from __future__ import annotations
+
+import numbers
+import operator
+from typing import Any
+
+import numpy as np
+
+from .. import buffers, kernels
+from ..tape import Node, _Backward
+from ..tensor import Tensor
+from ._common import describe, is_scalar, ones, operand, pair, reshaped, result
+from .indexing import getitem
+from .shape import _axis, _view
+
+
+def _tensors(tensors: Any, op: str) -> list[Tensor]:
+    """The inputs as tensors of one device and dtype (the first one's)."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{op}: expects a list or tuple of tensors, got "
+                        f"{type(tensors).__name__}")
+    if not tensors:
+        raise ValueError(f"{op}: needs at least one tensor")
+    first = operand(tensors[0], op, "tensor 0")
+    return [first] + [pair(first, t, op, ("tensor 0", f"tensor {i}"))[1]
+                      for i, t in enumerate(tensors[1:], 1)]
+
+
+def concatenate(tensors: Any, axis: int = 0) -> Tensor:
+    """``np.concatenate`` / ``torch.cat``: tensors of one rank (at least 1) and
+    equal sizes except along ``axis``, joined along it. A new array."""
+    ts = _tensors(tensors, "concatenate")
+    ndim = ts[0].ndim
+    if ndim == 0:
+        raise ValueError("concatenate: 0-d tensors cannot be concatenated (use stack)")
+    a = _axis(axis, ndim, "concatenate")
+    for i, t in enumerate(ts):
+        if t.ndim != ndim or t.shape[:a] + t.shape[a + 1:] != ts[0].shape[:a] + \
+                ts[0].shape[a + 1:]:
+            raise ValueError(f"concatenate: tensor {i} has shape {t.shape} but tensor 0 has "
+                             f"{ts[0].shape}: all must match except along axis {a}")
+    return _join(ts, a, [t._data for t in ts], "concatenate")
+
+
+def cat(tensors: Any, axis: int = 0) -> Tensor:
+    """``torch.cat``, the same as ``concatenate``."""
+    return concatenate(tensors, axis)
+
+
+def stack(tensors: Any, axis: int = 0) -> Tensor:
+    """``np.stack`` / ``torch.stack``: tensors of one shape joined along a new
+    ``axis`` (in [-ndim - 1, ndim]). A new array."""
+    ts = _tensors(tensors, "stack")
+    for i, t in enumerate(ts):
+        if t.shape != ts[0].shape:
+            raise ValueError(f"stack: tensor {i} has shape {t.shape} but tensor 0 has "
+                             f"{ts[0].shape}: all must match")
+    a = _axis(axis, ts[0].ndim + 1, "stack")
+    kern = ts[0]._kern
+    pieces = [_view(kern, t._data, lambda d: np.expand_dims(d, a)) for t in ts]
+    return _join(ts, a, pieces, "stack")
+
+
+def _join(ts: list, a: int, pieces: list, op: str) -> Tensor:
+    """``pieces`` (the inputs' data, of one rank) written one after another along ``a``."""
+    kern = ts[0]._kern
+    shape = list(pieces[0].shape)
+    shape[a] = sum(p.shape[a] for p in pieces)
+    out = buffers.take(kern, tuple(shape), ts[0].dtype)
+    start, step = np.zeros(len(shape), np.int64), np.ones(len(shape), np.int64)
+    offsets = []
+    at = 0
+    for piece in pieces:
+        offsets.append(at)
+        if piece.size:
+            start[a] = at
+            kernels.call(kern, "place_nd", piece.size, piece, out, start.copy(), step, 0.0, 0.0,
+                         False)
+        at += piece.shape[a]
+    sizes = tuple(p.shape[a] for p in pieces)
+    return result(out, kern, tuple(ts), _join_backward, (a, tuple(offsets), sizes, op == "stack",
+                                                         tuple(shape)))
+
+
+def _join_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    a, offsets, sizes, stacked, shape = node.saved
+    kern = node.inputs[0]._kern
+    if gout is None:
+        gout = ones(kern, shape, node.inputs[0]._data.dtype)
+    for t, at, n in zip(node.inputs, offsets, sizes):
+        if not t.requires_grad:
+            continue
+        dest, beta = ctx.dest(t)
+        part = (slice(None),) * a + (slice(at, at + n),)
+        g = _view(kern, gout, lambda d: d[part])
+        if stacked:
+            dest = reshaped(dest, tuple(g.shape))
+        kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
+
+
+def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
+    """``np.split``: an int N cuts ``x`` into N equal parts along ``axis`` (an
+    error when they are not equal), a sequence of ints cuts it at those
+    indices (NumPy's slicing rules). A list of views (``x[..., a:b]``); note
+    ``torch.split``'s second argument means part sizes instead."""
+    x = operand(x, "split")
+    if x.ndim == 0:
+        raise ValueError("split: a 0-d tensor cannot be split")
+    a = _axis(axis, x.ndim, "split")
+    n = x.shape[a]
+    if isinstance(indices_or_sections, numbers.Integral):
+        parts = operator.index(indices_or_sections)
+        if parts <= 0 or n % parts:
+            raise ValueError(f"split: axis {a} of size {n} does not split into "
+                             f"{parts} equal parts")
+        bounds = [k * (n // parts) for k in range(parts + 1)]
+    else:
+        try:
+            cuts = [operator.index(i) for i in indices_or_sections]
+        except TypeError:
+            raise TypeError(f"split: indices_or_sections must be an int or a sequence of "
+                            f"ints, got {indices_or_sections!r}") from None
+        bounds = [0] + cuts + [n]
+    lead = (slice(None),) * a
+    return [getitem(x, lead + (slice(lo, hi),)) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _pad_pairs(pad_width: Any, ndim: int) -> np.ndarray:
+    """NumPy's ``pad_width`` forms as an (ndim, 2) int array of (before, after)."""
+    widths = np.asarray(pad_width)
+    if widths.dtype.kind not in "iu" or widths.ndim > 2:
+        raise TypeError(f"pad: pad_width must be integers: an int, (before, after) or one "
+                        f"(before, after) per dim, got {pad_width!r}")
+    if widths.size == 2 and widths.shape != (2, 1):
+        widths = widths.reshape(2)
+    try:
+        widths = np.broadcast_to(widths, (ndim, 2))
+    except ValueError:
+        raise ValueError(f"pad: pad_width {pad_width!r} does not fit a tensor of {ndim} "
+                         "dims") from None
+    if (widths < 0).any():
+        raise ValueError(f"pad: pad_width cannot be negative, got {pad_width!r}")
+    return widths.astype(np.int64)
+
+
+def pad(x: Any, pad_width: Any, value: float = 0.0) -> Tensor:
+    """``np.pad(x, pad_width, constant_values=value)`` (mode "constant" only):
+    ``pad_width`` in NumPy's forms (an int, (before, after), or one pair per
+    dim). A new array, one launch; the gradient is the inner part's."""
+    x = operand(x, "pad")
+    if not is_scalar(value):
+        raise TypeError(f"pad: value must be a real number, got {value!r}")
+    widths = _pad_pairs(pad_width, x.ndim)
+    kern = x._kern
+    before = np.ascontiguousarray(widths[:, 0])
+    shape = tuple(int(n + b + e) for n, (b, e) in zip(x.shape, widths))
+    out = buffers.take(kern, shape, x.dtype)
+    kernels.call(kern, "place_nd", out.size, x._data, out, before, np.ones(x.ndim, np.int64),
+                 float(value), 0.0, True)
+    inner = tuple(slice(int(b), int(b) + n) for n, b in zip(x.shape, before))
+    return result(out, kern, (x,), _pad_backward, (inner, shape))
+
+
+def _pad_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    inner, shape = node.saved
+    kern = x._kern
+    if gout is None:
+        gout = ones(kern, shape, x._data.dtype)
+    dest, beta = ctx.dest(x)
+    g = _view(kern, gout, lambda d: d[inner + (Ellipsis,)])
+    kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
