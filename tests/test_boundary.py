@@ -25,7 +25,7 @@ def train(rule: str, dtype, fused: bool, options: dict, windows: int = 6):
     kw = {"accumulate_steps": 3, **options}
     opt = RULES[rule]([W, b, unused], **kw)
     if not fused:
-        opt._boundary = False            # Window.close only
+        opt._window.boundary = False     # Window.close's Python path only
     norms = []
     for i in range(windows * kw["accumulate_steps"]):
         x = rng.normal(size=(4, 5)).astype(dtype)
@@ -43,7 +43,7 @@ def train(rule: str, dtype, fused: bool, options: dict, windows: int = 6):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_eager_boundary_kernel_gives_window_closes_bits(rule, dtype, window):
     got, got_norms, opt = train(rule, dtype, True, WINDOWS[window])
-    assert opt._boundary, "the boundary kernel should apply to a small CPU group"
+    assert opt._window.boundary, "the boundary kernel should apply to a small CPU group"
     want, want_norms, ref = train(rule, dtype, False, WINDOWS[window])
     for g, w in zip(got, want):
         assert g.tobytes() == w.tobytes()

@@ -13,7 +13,6 @@ import numpy as np
 
 from .. import buffers
 from ..kernels.cpu.losses import first_bad_label
-from ..optim.fused import FusedUpdate
 from ..optim.window import Window
 from ..tensor import Tensor
 from .analysis import _Program, _Ref
@@ -109,8 +108,7 @@ class _NjitEntry(_Entry):
             "_new": _LossMaker(prog.kern, loss.dtype, loss.shape), "_nd": np.ndarray}
         fused = self.fused
         if fused is not None:
-            env.update(_begin=fused.begin, _commit=fused.commit, _disarm=fused.disarm,
-                       _win=fused.win)
+            env.update(_begin=fused.begin, _commit=fused.commit, _disarm=fused.disarm)
         lines = ["def run(args):", f"    if len(args) != {len(args)}:", "        return _MISS"]
         for i, a in enumerate(args):      # the signature, checked in place
             env[f"_ty{i}"] = type(a)
@@ -158,12 +156,7 @@ class _NjitEntry(_Entry):
                 lines.append(f"    x{j} = _asc(d{i}, _ddt{j})")
                 names.append(f"x{j}")
         if fused is not None:
-            # FusedUpdate.begin() inlined for a micro-step inside the window (the
-            # optimizer was adopted by no other: the params' buffers were checked)
-            lines += ["    w = _win",
-                      ("    if w.pos + 1 < w.accumulate_steps and w.hook is None and "
-                       "w.mode != 'map' and w.average != 'samples':"),
-                      f"        fz = {FusedUpdate.COUNT}", "    else:", "        fz = _begin()"]
+            lines.append("    fz = _begin()")   # changes nothing: _commit(fz) acts on it
         # the step did not run: no window boundary stays armed
         disarm = ["        _disarm()"] if fused is not None else []
         lines += ["    try:", f"        v = _fn({', '.join(names)})",
@@ -176,10 +169,7 @@ class _NjitEntry(_Entry):
                                                 "_rc(loss._data) == _idle[1]:"),
                   "            loss._data[_index] = v", "            break", "    else:",
                   "        loss = _new(v)",
-                  *([f"    if fz == {FusedUpdate.COUNT}:", "        w.mode = 'grad'",
-                     "        w.pos += 1", f"    elif fz == {FusedUpdate.CLOSE}:",
-                     "        _commit()", "    else:", "        _step()"]
-                    if fused is not None else ["    _step()"]),
+                  "    _commit(fz)" if fused is not None else "    _step()",
                   "    return loss",
                   "", "", "def calibrate():",     # the same frame shape as the loop above
                   "    for loss in _ring:", "        return _rc(loss), _rc(loss._data)"]
