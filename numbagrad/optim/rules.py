@@ -9,6 +9,7 @@ may also describe its update as a window boundary kernel
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -133,7 +134,7 @@ class AdamRule(Rule):
         return BoundaryKernel(boundary.adam_close, (
             group.w, group.g, group.g_body, slots["exp_avg"], slots["exp_avg_sq"], group.seg,
             group.live, first, group.scratch["next_step"], sq, ctl), values,
-            lambda: _swap_steps(group))
+            functools.partial(_swap_steps, group))
 
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         slots, scratch = group.slots, group.scratch

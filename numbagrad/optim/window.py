@@ -240,9 +240,8 @@ class Window:
         scale = 1.0 / self.divisor(positions if positions is not None else self.pos * ranks,
                                    ranks, samples)
 
-        measured = self.measured()
         sq = sum(g.sum_of_squares(flat) for g, flat in zip(self.groups, buffers)) \
-            if measured else 0.0
+            if self.measured() else 0.0
         scale, norm, ok = bk.clip_scale(scale, sq, self.clip_norm(), self.nonfinite != "ignore")
         if not ok:
             bad = [self.names[g.params[i].id] for g, flat in zip(self.groups, buffers)
@@ -251,7 +250,7 @@ class Window:
                 return self._drop(mode, bad, stacklevel)
         for group, flat in zip(self.groups, buffers):
             rule.update(group, flat, lr, scale)
-        self.last_grad_norm = norm if measured else None
+        self.last_grad_norm = None if norm < 0 else norm   # -1.0: not needed
         self.finish(mode)
         return True
 
@@ -391,7 +390,8 @@ class Boundary:
         if self.after is not None:
             self.after()
         win = self.win
-        win.last_grad_norm = float(self.ctl[bk.NORM]) if win.measured() else None
+        norm = float(self.ctl[bk.NORM])
+        win.last_grad_norm = None if norm < 0 else norm   # clip_scale's -1.0: not needed
         win.finish("grad")
         return True
 

@@ -40,9 +40,9 @@ def clip_scale(scale, total, max_norm, check):
     """(scale after clipping, pre-clip norm, ok) of a window whose total, times
     ``scale``, has sum of squares ``total``. ``max_norm < 0``: no clipping;
     ``ok`` is False when ``check`` is set and the norm is not finite. With
-    neither, the norm is not needed (``total`` is not read): NaN."""
+    neither, the norm is not needed (``total`` is not read): -1.0."""
     if max_norm < 0 and not check:
-        return scale, math.nan, True
+        return scale, -1.0, True
     norm = scale * math.sqrt(total) if total >= 0 else math.nan
     ok = math.isfinite(norm) or not check
     if max_norm >= 0:
