@@ -25,7 +25,7 @@ from ..kernels.cpu import optim as optim_kernels
 from ..tensor import Tensor
 from . import _checks
 from .groups import COUNT_LIMIT, Group
-from .rules import Rule
+from .rules import BoundaryKernel, Rule
 
 # taken while a thread claims a window (once per window), shared by all windows
 _CLAIMING = threading.Lock()
@@ -242,7 +242,7 @@ class Window:
 
         sq = sum(g.sum_of_squares(flat) for g, flat in zip(self.groups, buffers)) \
             if self.measured() else 0.0
-        scale, norm, ok = bk.clip_scale(scale, sq, self.clip_norm(), self.nonfinite != "ignore")
+        scale, norm, ok = bk.clip_scale(scale, sq, *self.norm_rule())
         if not ok:
             bad = [self.names[g.params[i].id] for g, flat in zip(self.groups, buffers)
                    for i in g.nonfinite(flat)]
@@ -264,9 +264,11 @@ class Window:
         """Whether a close needs the total's norm (to clip it or to check it)."""
         return self.max_grad_norm is not None or self.nonfinite != "ignore"
 
-    def clip_norm(self) -> float:
-        """``max_grad_norm`` as ``clip_scale`` takes it (-1.0: no clipping)."""
-        return -1.0 if self.max_grad_norm is None else self.max_grad_norm
+    def norm_rule(self) -> tuple[float, bool]:
+        """``clip_scale``'s (max_norm, check): ``max_grad_norm`` (-1.0: no clipping)
+        and whether a non-finite total must be caught."""
+        return (-1.0 if self.max_grad_norm is None else self.max_grad_norm,
+                self.nonfinite != "ignore")
 
     def divisor(self, positions: int, ranks: int = 1, samples: int = 0) -> int:
         """What the window's total is divided by: its micro-steps (average=True),
@@ -344,7 +346,7 @@ class Boundary:
 
     __slots__ = ("after", "args", "ctl", "group", "kernel", "sent", "values", "win")
 
-    def __init__(self, win: Window, spec: Any, ctl: np.ndarray) -> None:
+    def __init__(self, win: Window, spec: BoundaryKernel, ctl: np.ndarray) -> None:
         self.win = win
         self.group = win.groups[0]
         self.kernel, self.args, self.values, self.after = spec
@@ -367,8 +369,7 @@ class Boundary:
         """Fill ``ctl`` for a window of ``positions`` micro-steps closing now,
         updating the params flagged in ``live``."""
         win = self.win
-        values = (lr, 1.0 / win.divisor(positions), win.clip_norm(),
-                  1.0 if win.nonfinite != "ignore" else 0.0, *self.values())
+        values = (lr, 1.0 / win.divisor(positions), *win.norm_rule(), *self.values())
         if values != self.sent:
             self.ctl[bk.LR:bk.LR + len(values)] = values
             self.sent = values
