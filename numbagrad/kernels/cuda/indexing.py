@@ -16,7 +16,7 @@ from ._core import THREADS, Config, array_type, grid, kernel, launch
 # what kernels.call may run (the rest are host helpers)
 KERNEL_NAMES = ("gather", "index_add", "index_select", "place_nd", "scatter_add")
 
-RANK = 6   # the highest rank place_nd takes on this device
+from .strided import MAX_RANK as RANK  # noqa: E402  (the highest rank place_nd takes)
 
 
 class _Window:
