@@ -70,7 +70,7 @@ def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> 
     if bad >= 0:
         raise IndexError(f"{op}: index {host.reshape(-1)[bad]} is out of range for axis "
                          f"{axis} of size {high} (at position "
-                         f"{np.unravel_index(bad, host.shape) if host.ndim else ()})")
+                         f"{tuple(int(i) for i in np.unravel_index(bad, host.shape))})")
     if kern.name == "cpu":
         return host if host.dtype == np.int64 and host.flags.c_contiguous else _as_int64(host)
     out = buffers.take(kern, host.shape, np.int64)
@@ -86,9 +86,9 @@ def _as_int64(host: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------ x[key]
-def _is_index_array(item: Any) -> bool:
-    return isinstance(item, (list, np.ndarray)) or (
-        hasattr(item, "__cuda_array_interface__") and not isinstance(item, Tensor))
+def _is_index_array(kern: Any, item: Any) -> bool:
+    return isinstance(item, (list, np.ndarray)) or (kern.name != "cpu"
+                                                    and kern.is_device_array(item))
 
 
 def _parse(x: Tensor, key: Any) -> tuple:
@@ -115,7 +115,7 @@ def _parse(x: Tensor, key: Any) -> tuple:
             v += 1
             continue
         n = x.shape[d]
-        if _is_index_array(item):
+        if _is_index_array(x._kern, item):
             if array is not None:
                 raise IndexError("x[key]: at most one integer array per key (advanced "
                                  "indexing on one axis)")

@@ -18,7 +18,7 @@ from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import describe, is_scalar, ones, operand, pair, reshaped, result
 from .indexing import getitem
-from .shape import _axis, _view
+from .shape import _axis, _expand_into, _view
 
 
 def _tensors(tensors: Any, op: str) -> list[Tensor]:
@@ -175,5 +175,4 @@ def _pad_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, shape, x._data.dtype)
     dest, beta = ctx.dest(x)
-    g = _view(kern, gout, lambda d: d[inner + (Ellipsis,)])
-    kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
+    _expand_into(kern, _view(kern, gout, lambda d: d[inner + (Ellipsis,)]), dest, beta)

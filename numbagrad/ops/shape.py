@@ -56,6 +56,14 @@ def _viewed(x: Tensor, fn: Callable, backward: Callable, saved: tuple = ()) -> T
     return result(out, kern, (x,), backward, saved)
 
 
+def _expand_into(kern: Any, g: Any, dest: Any, beta: float) -> None:
+    """dest = g + beta * dest for ``g`` of dest's shape, any strides (0-d too)."""
+    if len(dest.shape) == 0:
+        kernels.call(kern, "axpby", 1, 1.0, g, beta, dest)
+    else:
+        kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
+
+
 def _view_of(x: Tensor, out: Tensor) -> Tensor:
     """``out``, a view of ``x``'s data, noted as wrapping an accumulator when ``x`` is."""
     if _seen.wrapped and x in _wrappers:
@@ -108,8 +116,7 @@ def _permute_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         gout = ones(kern, tuple(x.shape[p] for p in perm), dtype)
     inverse = tuple(np.argsort(perm)) if perm else ()
     dest, beta = ctx.dest(x)
-    g = _view(kern, gout, lambda a: a.transpose(inverse))   # gout read as x's layout
-    kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
+    _expand_into(kern, _view(kern, gout, lambda a: a.transpose(inverse)), dest, beta)
 
 
 def transpose(x: Any, dim0: int = -2, dim1: int = -1) -> Tensor:
