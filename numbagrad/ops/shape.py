@@ -1,13 +1,13 @@
 """Shape ops: reshape, permute, transpose, squeeze, unsqueeze, flatten and
 broadcasts, any rank.
 
-On the CPU each returns a read-only view of its input's data (reshape and
-flatten of a strided view copy first). On CUDA a result that is C-contiguous
+On the CPU each returns a view of its input's data (reshape and flatten of
+a strided view copy first). On CUDA a result that is C-contiguous
 (or a 2-D transpose, which a GEMM reads through its flag) is a view too; any
 other (a permute, a broadcast) is a C-contiguous copy made by one
 ``expand_nd`` launch, since the other CUDA kernels read C-contiguous or 2-D
-operands. A view never lets an op write its input: ops write only their own
-outputs, and the CPU views are read-only.
+operands. No op writes its inputs, so a view of a param's data is never
+written through by an op.
 """
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def _viewed(x: Tensor, fn: Callable, backward: Callable, saved: tuple = ()) -> T
     kern = x._kern
     view = _view(kern, x._data, fn)
     if kern.name == "cpu" or kern.is_c_contiguous(view) or _is_transpose2d(view):
-        if kern.name == "cpu" and view.flags.writeable:
-            view.flags.writeable = False
+        if kern.name == "cpu" and not view.flags.writeable:
+            _writable(view)
         return _view_of(x, result(view, kern, (x,), backward, saved, pool=x._pool))
     out = buffers.take(kern, tuple(view.shape), view.dtype)
     kernels.call(kern, "expand_nd", out.size, view, out, 1.0, 0.0)
@@ -62,6 +62,16 @@ def _expand_into(kern: Any, g: Any, dest: Any, beta: float) -> None:
         kernels.call(kern, "axpby", 1, 1.0, g, beta, dest)
     else:
         kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
+
+
+def _writable(view: np.ndarray) -> None:
+    """Mark a broadcast view writable like its base: the kernels are compiled
+    for writable arrays (a read-only one is another Numba type), and no op
+    writes its inputs."""
+    try:
+        view.flags.writeable = True
+    except ValueError:   # the base itself is read-only
+        pass
 
 
 def _view_of(x: Tensor, out: Tensor) -> Tensor:
@@ -181,8 +191,6 @@ def _reshaped(x: Tensor, new: tuple, op: str) -> Tensor:
     data = contiguous(x)
     pool = x._pool if data is x._data else data
     out = reshaped(data, new)
-    if x._kern.name == "cpu" and out.flags.writeable:
-        out.flags.writeable = False
     return _view_of(x, result(out, x._kern, (x,), _reshape_backward, (), pool=pool))
 
 
@@ -236,7 +244,7 @@ def unsqueeze(x: Any, axis: int) -> Tensor:
 # ------------------------------------------------------------ broadcasts
 def broadcast_to(x: Any, shape: Any) -> Tensor:
     """``np.broadcast_to``: ``x`` repeated along new leading dims and along its
-    size-1 dims to ``shape``. A read-only view on the CPU, a copy on CUDA;
+    size-1 dims to ``shape``. A view on the CPU (stride 0), a copy on CUDA;
     its gradient sums over the repeated dims."""
     x = operand(x, "broadcast_to")
     shape = _shape_of(shape, "broadcast_to")
