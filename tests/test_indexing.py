@@ -4,7 +4,6 @@ has no negative steps), both devices, ranks 0 to 5, errors, ``ng.compile``."""
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import numbagrad as ng
 from test_shape_nd import compare_with_torch, flat_loss

@@ -16,7 +16,7 @@ import numpy as np
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import describe, is_scalar, ones, operand, pair, reshaped, result
+from ._common import is_scalar, ones, operand, pair, reshaped, result
 from .indexing import getitem
 from .shape import _axis, _expand_into, _view
 
