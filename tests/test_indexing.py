@@ -29,6 +29,7 @@ KEYS = [   # (id, shape, key); the key as NumPy reads it
     ("array0d", (5, 3), np.array(3)),
     ("array_empty", (5, 3), np.zeros((0, 2), np.int64)),
     ("array_int32", (2, 1, 3, 2, 5), (Ellipsis, np.array([4, 0, 4], np.int32))),
+    ("array_empty_list", (3, 2), (slice(None), [])),
 ]
 
 
@@ -116,6 +117,27 @@ def test_gather_and_getitem_gradcheck(dev):
     ng.gradcheck(lambda: flat_loss(ng.gather(x, 1, np.array([[1, 1, 0], [0, 3, 3], [3, 2, 2]]))
                                    [::-1], w), [x], directions=directions)
     ng.gradcheck(lambda: flat_loss(x[[2, 0, 2], 1:], w), [x], directions=directions)
+
+
+def test_float32_results_agree_bit_for_bit_between_devices():
+    if not ng.cuda_available():
+        pytest.skip("CUDA unusable here")
+    rng = np.random.default_rng(5)
+    table = rng.normal(size=(5, 4)).astype(np.float32)
+    weights = rng.normal(size=(4, 2, 2, 4)).astype(np.float32)
+    results = []
+    for device in ("cpu", "cuda"):
+        E = ng.param(table, device=device)
+        w = ng.tensor(weights.reshape(-1), device=device)
+        with ng.grad_tape():
+            rows = E[np.array([[1, 1], [4, 1]])][::-1]                 # (2, 2, 4)
+            q = ng.gather(ng.pad(E, ((0, 1), (0, 0))), 0, np.array([[5, 0, 0, 1]] * 2))
+            out = ng.stack([rows, ng.broadcast_to(q, (2, 2, 4)), rows * 2.0, ng.transpose(rows, 0, 1)], 0)
+            loss = ng.sum(ng.reshape(out, (-1,)) * w)
+        grads = ng.backward(loss)
+        results.append((out.numpy(), ng.kernels.get(device).to_host(grads[E.id])))
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_bad_indices_raise_before_anything_runs(dev):

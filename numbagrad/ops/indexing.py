@@ -63,7 +63,7 @@ def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> 
             raise TypeError(f"{op}: device indices must be a C-contiguous integer array, "
                             f"got {index.dtype}")
         return index
-    host = np.asarray(index)
+    host = np.asarray(index if not isinstance(index, list) or index else np.zeros(0, np.int64))
     if host.dtype.kind not in "iu" or host.dtype == np.bool_:
         raise TypeError(f"{op}: indices must be integers, got dtype {host.dtype}")
     bad = first_out_of_range(host.reshape(-1), low, high)
