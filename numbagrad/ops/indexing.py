@@ -9,6 +9,12 @@ integer array selects with ``index_select`` and its gradient scatter-adds
 lookup. Host indices are range-checked before anything runs; a CUDA device
 array of indices is not (an index outside the axis reads as nan and adds
 nothing), nor are indices a compiled step (``ng.compile``) is given later.
+
+One launch per forward and per gradient, except: an array index on a view
+whose dims do not merge into (pre, axis, post) copies it first, and an array
+index combined with other indexing (``x[0, idx]``, ``x[::2, idx]``), like a
+``gather`` whose index is smaller than ``x`` off its axis, writes its
+gradient in two launches (scatter-add, then place).
 """
 from __future__ import annotations
 

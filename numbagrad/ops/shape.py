@@ -113,8 +113,6 @@ def permute(x: Any, *dims: Any) -> Tensor:
 
 
 def _permuted(x: Tensor, perm: tuple) -> Tensor:
-    if perm == tuple(range(x.ndim)):
-        return _viewed(x, lambda a: a[...], _permute_backward, (perm,))
     return _viewed(x, lambda a: a.transpose(perm), _permute_backward, (perm,))
 
 
@@ -124,7 +122,7 @@ def _permute_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern, dtype = x._kern, x._data.dtype
     if gout is None:
         gout = ones(kern, tuple(x.shape[p] for p in perm), dtype)
-    inverse = tuple(np.argsort(perm)) if perm else ()
+    inverse = tuple(int(d) for d in np.argsort(perm))
     dest, beta = ctx.dest(x)
     _expand_into(kern, _view(kern, gout, lambda a: a.transpose(inverse)), dest, beta)
 
@@ -164,7 +162,7 @@ def reshape(x: Any, *shape: Any) -> Tensor:
     A view when the data is C-contiguous, else a copy.
     """
     x = operand(x, "reshape")
-    return _reshaped(x, _new_shape(x, _dims(shape), "reshape"), "reshape")
+    return _reshaped(x, _new_shape(x, _dims(shape), "reshape"))
 
 
 def view(x: Any, *shape: Any) -> Tensor:
@@ -176,7 +174,7 @@ def view(x: Any, *shape: Any) -> Tensor:
     if not x._kern.is_c_contiguous(x._data):
         raise ValueError(f"view: the data of a tensor of {describe(x)} is not "
                          f"C-contiguous (a permute or slice); use reshape, which copies")
-    return _reshaped(x, new, "view")
+    return _reshaped(x, new)
 
 
 def _new_shape(x: Tensor, shape: tuple, op: str) -> tuple:
@@ -187,7 +185,7 @@ def _new_shape(x: Tensor, shape: tuple, op: str) -> tuple:
                          f"{shape}: {exc}") from None
 
 
-def _reshaped(x: Tensor, new: tuple, op: str) -> Tensor:
+def _reshaped(x: Tensor, new: tuple) -> Tensor:
     data = contiguous(x)
     pool = x._pool if data is x._data else data
     out = reshaped(data, new)
@@ -213,7 +211,7 @@ def flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} "
                          f"for a tensor of {describe(x)}")
     shape = x.shape or (1,)
-    return _reshaped(x, shape[:a] + (int(np.prod(shape[a:b + 1])),) + shape[b + 1:], "flatten")
+    return _reshaped(x, shape[:a] + (int(np.prod(shape[a:b + 1])),) + shape[b + 1:])
 
 
 def squeeze(x: Any, axis: Any = None) -> Tensor:
