@@ -24,10 +24,11 @@ def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
     return contiguous(t), False
 
 
-def _as_matrix(array: Any, shape2: tuple) -> Any:
-    """A vector (or 0-d) array as the matrix ``shape2``; a matrix (maybe the
-    base of a transposed operand, read through its flag) as it is."""
-    return array if len(array.shape) == 2 else reshaped(array, shape2)
+def _as_matrix(array: Any, shape2: tuple, transposed: bool = False) -> Any:
+    """``array`` (a vector, a matrix or a stack of matrices) as the matrix
+    ``shape2``; the base of a transposed operand, read through its flag, as
+    it is."""
+    return array if transposed or array.shape == shape2 else reshaped(array, shape2)
 
 
 # ------------------------------------------------------------------ matmul
@@ -49,29 +50,149 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 def _matmul_checked(a: Any, b: Any) -> Tensor:
     a, b = pair(a, b, "matmul")
-    sa, sb = a._data.shape, b._data.shape
-    if len(sa) == 2 and len(sb) == 2:
-        a2, b2, out_shape = sa, sb, (sa[0], sb[1])
-    elif len(sa) in (1, 2) and len(sb) in (1, 2):
-        a2 = sa if len(sa) == 2 else (1, sa[0])
-        b2 = sb if len(sb) == 2 else (sb[0], 1)
-        out_shape = (a2[0],) * (len(sa) == 2) + (b2[1],) * (len(sb) == 2)
-    else:
-        raise ValueError(f"matmul: operands must be 1-D or 2-D, got shapes {sa} and {sb}")
-    if a2[1] != b2[0]:
-        raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned: "
-                         f"{a2[1]} (last dim of first) != {b2[0]} (first dim of second)")
+    sa, sb = a.shape, b.shape
+    if len(sa) == 0 or len(sb) == 0:
+        raise ValueError(f"matmul: operands must have at least 1 dim, got {describe(a)} and "
+                         f"{describe(b)}")
+    pa = sa if len(sa) >= 2 else (1,) + sa          # a vector: one row
+    pb = sb if len(sb) >= 2 else sb + (1,)          # a vector: one column
+    if pa[-1] != pb[-2]:
+        raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned: {pa[-1]} (last dim "
+                         f"of first) != {pb[-2]} (second-to-last dim of second); operands "
+                         f"{describe(a)} and {describe(b)}")
+    batch = _batch_shape(a, b, pa[:-2], pb[:-2])
+    out_shape = batch + (pa[-2],) * (len(sa) >= 2) + (pb[-1],) * (len(sb) >= 2)
+    if len(pb) > 2 or (len(pa) > 2 and _swapped(a) is not None):
+        return _bmm(a, b, pa, pb, batch, out_shape)
+    # (..., n, k) @ (k, m): one GEMM of (... * n, k) @ (k, m)
+    a2 = pa if len(pa) == 2 else (_prod(pa[:-1]), pa[-1])
     kern = a._kern
     (ad, ta), (bd, tb) = _gemm_operand(a), _gemm_operand(b)
     out = buffers.take(kern, out_shape, ad.dtype)
-    if a2 is sa and b2 is sb:
+    if a2 is sa and pb is sb:
         kernels.call(kern, "gemm", 0, ad, bd, out, ta, tb, 1.0, 0.0)
         shapes = None
-    else:   # a vector operand: gemm sees it as a one-row or one-column matrix
-        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out,
-                     (a2[0], b2[1])), ta, tb, 1.0, 0.0)
-        shapes = (a2, b2)
+    else:   # gemm sees a vector as a one-row or one-column matrix, a stack as its rows
+        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2, ta), _as_matrix(bd, pb, tb), _as_matrix(out,
+                     (a2[0], pb[1])), ta, tb, 1.0, 0.0)
+        shapes = (a2, pb)
     return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
+
+
+def _prod(dims: tuple) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _batch_shape(a: Tensor, b: Tensor, ba: tuple, bb: tuple) -> tuple:
+    """NumPy's broadcast of the two operands' batch dims, or a clear error."""
+    n = max(len(ba), len(bb))
+    pa, pb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
+    if any(x != y and x != 1 and y != 1 for x, y in zip(pa, pb)):
+        raise ValueError(f"matmul: batch dims {ba} and {bb} cannot be broadcast together; "
+                         f"operands {describe(a)} and {describe(b)}")
+    return tuple(y if x == 1 else x for x, y in zip(pa, pb))
+
+
+def _swapped(t: Tensor) -> Any:
+    """For a strided ``t`` whose last two dims are swapped relative to C
+    order (``x.mT``), the C-contiguous array that is its data with those
+    dims swapped back (a view); None for any other ``t``."""
+    data, kern = t._data, t._kern
+    nd = len(data.shape)
+    if nd < 2 or kern.is_c_contiguous(data):
+        return None
+    try:
+        base = data.transpose(tuple(range(nd - 2)) + (nd - 1, nd - 2))
+    except NotImplementedError:   # numba-cuda transposes 2-D device arrays only
+        return None
+    return base if kern.is_c_contiguous(base) else None
+
+
+def _divisor(shape: tuple, batch: tuple) -> int | None:
+    """How an operand's batch slice follows from a product index o: slice
+    (o // div) % size when the dims it does not broadcast form one run of
+    ``batch`` (after dropping size-1 dims); None when they do not."""
+    shape = (1,) * (len(batch) - len(shape)) + shape
+    full = [i for i, n in enumerate(batch) if n != 1 and shape[i] == n]
+    bcast = [i for i, n in enumerate(batch) if n != 1 and shape[i] != n]
+    if not full:
+        return 1
+    if any(full[0] < i < full[-1] for i in bcast):
+        return None
+    return _prod(batch[full[-1] + 1:])
+
+
+def _bmm_operand(t: Tensor, shape: tuple, batch: tuple) -> tuple:
+    """(3-D C-contiguous stack, transposed?, div, expanded?) for a batched
+    operand of padded matrix shape ``shape``: a view whose last two dims are
+    swapped is read through the flag; one whose batch dims cannot be indexed
+    by a divisor is first expanded to the full ``batch``."""
+    rows, cols = shape[-2:]
+    div = _divisor(shape[:-2], batch)
+    if div is None:
+        full = buffers.take(t._kern, batch + (rows, cols), t._data.dtype)
+        lead = (1,) * (len(batch) + 2 - len(shape))
+        kernels.call(t._kern, "expand_nd", full.size, reshaped(contiguous(t), lead + shape),
+                     full, 1.0, 0.0)
+        return reshaped(full, (_prod(batch), rows, cols)), False, 1, True
+    count = _prod(shape[:-2])
+    base = _swapped(t)
+    if base is not None:
+        return reshaped(base, (count, cols, rows)), True, div, False
+    return reshaped(contiguous(t), (count, rows, cols)), False, div, False
+
+
+def _bmm(a: Tensor, b: Tensor, pa: tuple, pb: tuple, batch: tuple, out_shape: tuple) -> Tensor:
+    """Batched matmul: one ``bgemm`` over the broadcast batch."""
+    kern = a._kern
+    a3, ta, a_div, a_full = _bmm_operand(a, pa, batch)
+    b3, tb, b_div, b_full = _bmm_operand(b, pb, batch)
+    count = _prod(batch)
+    out = buffers.take(kern, out_shape, a3.dtype)
+    out3 = reshaped(out, (count, pa[-2], pb[-1]))
+    kernels.call(kern, "bgemm", 0, a3, b3, out3, ta, tb, 1.0, 0.0, a_div, b_div, 1, count)
+    saved = (a3, ta, a_div, a_full, pa, b3, tb, b_div, b_full, pb, batch,
+             (count, pa[-2], pb[-1]))
+    return result(out, kern, (a, b), _bmm_backward, saved)
+
+
+def _bmm_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    # dA[i] += G[o] @ op(B[.])^T and dB[i] += op(A[.])^T @ G[o], summed over
+    # the products o that read slice i (a broadcast operand's shared slices)
+    a, b = node.inputs
+    a3, ta, a_div, a_full, pa, b3, tb, b_div, b_full, pb, batch, o3 = node.saved
+    kern = a._kern
+    count = o3[0]
+    g = ones(kern, o3, a3.dtype) if gout is None else gout
+    g3 = reshaped(g, o3)
+    if a.requires_grad:
+        dest, beta = ctx.dest(a)
+        _bmm_grad(kern, g3, b3, False, not tb, a_div, 1, b_div, dest, beta, a_full, pa, batch,
+                  count)
+    if b.requires_grad:
+        dest, beta = ctx.dest(b)
+        _bmm_grad(kern, a3, g3, not ta, False, b_div, a_div, 1, dest, beta, b_full, pb, batch,
+                  count)
+
+
+def _bmm_grad(kern: Any, x3: Any, y3: Any, tx: bool, ty: bool, div: int, x_div: int,
+              y_div: int, dest: Any, beta: float, full: bool, shape: tuple, batch: tuple,
+              count: int) -> None:
+    """One operand's gradient: a bgemm straight into ``dest``, or, for an
+    operand that was expanded, into the full batch and then summed down."""
+    rows, cols = shape[-2:]
+    if not full:
+        d3 = reshaped(dest, (_prod(shape[:-2]), rows, cols))
+        kernels.call(kern, "bgemm", 0, x3, y3, d3, tx, ty, 1.0, beta, x_div, y_div, div, count)
+        return
+    tmp = buffers.take(kern, batch + (rows, cols), dest.dtype)
+    kernels.call(kern, "bgemm", 0, x3, y3, reshaped(tmp, (count, rows, cols)), tx, ty, 1.0,
+                 0.0, x_div, y_div, 1, count)
+    lead = (1,) * (len(batch) + 2 - len(shape))
+    kernels.call(kern, "sum_to_nd", tmp.size, tmp, reshaped(dest, lead + shape), 1.0, beta)
 
 
 def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -82,7 +203,7 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern = a._kern
     if shapes is not None:
         a2, b2 = shapes
-        am, bm = _as_matrix(ad, a2), _as_matrix(bd, b2)
+        am, bm = _as_matrix(ad, a2, ta), _as_matrix(bd, b2, tb)
         o2 = (a2[0], b2[1])
     else:
         a2 = b2 = None
