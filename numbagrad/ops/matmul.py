@@ -1,7 +1,10 @@
 """Matrix products: ``matmul`` and ``linear``, each forward beside its backward.
 
-A transposed operand (``x.T``) is a strided view; the GEMM reads its
-C-contiguous base through a transpose flag instead of copying it.
+A transposed operand (``x.T``, or an N-d view with its last two dims
+swapped) is a strided view; the GEMM reads its C-contiguous base through a
+transpose flag instead of copying it. Stacks of matrices run as one batched
+GEMM (``bgemm``) whose products may read a broadcast operand's slices many
+times and whose gradients add those products up in place.
 """
 from __future__ import annotations
 
@@ -33,7 +36,21 @@ def _as_matrix(array: Any, shape2: tuple, transposed: bool = False) -> Any:
 
 # ------------------------------------------------------------------ matmul
 def matmul(a: Any, b: Any) -> Tensor:
-    """``a @ b`` for 1-D and 2-D operands, with NumPy's shape rules."""
+    """``a @ b`` with NumPy's (and PyTorch's) ``matmul`` rules: a 1-D
+    operand is a row (first) or a column (second) that is dropped from the
+    result; operands of 3 or more dims are stacks of matrices whose batch
+    dims broadcast, ``(B, 1, n, k) @ (H, k, m)`` -> ``(B, H, n, m)``. Never a
+    view. A view whose last two dims are swapped (a transpose) is read
+    through the GEMM's transpose flag, not copied; ``(..., n, k) @ (k, m)``
+    with a contiguous or copied first operand is one 2-D GEMM of its rows.
+    The backward writes each gradient straight into its destination, a
+    broadcast operand's summed over the batch there.
+
+    Stacks run as one ``bgemm`` per forward and per gradient (on CUDA one
+    launch each), except when an operand's unbroadcast batch dims are not
+    adjacent, e.g. ``(B, 1, C, n, k) @ (1, H, 1, k, m)``: that operand is first
+    expanded to the full batch (one more kernel each way).
+    """
     # The common case, two C-contiguous matrices of one device and dtype,
     # skips the general checks.
     if type(a) is Tensor and type(b) is Tensor:
@@ -232,10 +249,12 @@ ACTIVATIONS: dict[str, int] = {}
 
 def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
            negative_slope: float = 0.01) -> Tensor:
-    """``x @ weight.T + bias``, PyTorch's ``F.linear``: x (n, in) or (in,),
-    weight (out, in), bias (out,) or None. One GEMM with the bias folded in;
-    the backward writes dW with one GEMM, db as column sums and dx with one
-    GEMM, each straight into its destination.
+    """``x @ weight.T + bias``, PyTorch's ``F.linear``: x (..., in) (any
+    number of leading dims, or (in,)), weight (out, in), bias (out,) or None;
+    the result is (..., out). The leading dims are flattened into one GEMM
+    with the bias folded in (a contiguous x is not copied); the backward
+    writes dW with one GEMM, db as column sums and dx with one GEMM, each
+    straight into its destination.
 
     ``activation`` ("relu", "leaky_relu" with ``negative_slope`` >= 0,
     "tanh" or "sigmoid") is applied in the same kernel: the GEMM writes the
@@ -277,8 +296,8 @@ def _activation(activation: Any, negative_slope: Any) -> tuple[int, float]:
 def _linear_checked(x: Any, weight: Any, bias: Any, code: int, p: float) -> Tensor:
     op = "linear"
     x, weight = pair(x, weight, op, ("input", "weight"))
-    if weight.ndim != 2 or x.ndim not in (1, 2):
-        raise ValueError(f"{op}: needs input of 1 or 2 dims and a 2-D weight, got input "
+    if weight.ndim != 2 or x.ndim == 0:
+        raise ValueError(f"{op}: needs input of at least 1 dim and a 2-D weight, got input "
                          f"{describe(x)} and weight {describe(weight)}")
     features = x.shape[x.ndim - 1]
     if features != weight.shape[1]:
@@ -290,8 +309,8 @@ def _linear_checked(x: Any, weight: Any, bias: Any, code: int, p: float) -> Tens
             raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
                              f"{describe(weight)}; expected shape ({weight.shape[0]},)")
     xd, wd = contiguous(x), contiguous(weight)
-    x2 = xd if x.ndim == 2 else reshaped(xd, (1, features))
-    out_shape = (x.shape[0], weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
+    x2 = xd if x.ndim == 2 else reshaped(xd, (_prod(x.shape[:-1]), features))
+    out_shape = x.shape[:-1] + (weight.shape[0],)
     return _linear(x, weight, bias, xd, wd, x._kern, x2, out_shape, code, p)
 
 
@@ -299,7 +318,7 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
             x2: Any, out_shape: tuple, code: int, p: float) -> Tensor:
     dtype = xd.dtype
     out = buffers.take(kern, out_shape, dtype)
-    out2 = out if len(out_shape) == 2 else reshaped(out, (1, out_shape[0]))
+    out2 = out if len(out_shape) == 2 else reshaped(out, (x2.shape[0], out_shape[-1]))
     if bias is None:
         kernels.call(kern, "linear", 0, x2, wd, wd[0], out2, False, code, scalar_of(dtype, p))
         inputs = (x, weight)
