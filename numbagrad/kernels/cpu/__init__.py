@@ -24,8 +24,8 @@ from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F40
 from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
                      pointwise_loss, pointwise_loss_mt)
 from .matmul import gemm, linear  # noqa: F401
-    "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
-KERNELS.update(_table(globals(), ("bgemm",)))
+from .matmul import bgemm  # noqa: F401
+from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names
