@@ -289,3 +289,29 @@ def test_compiled_nd_matmul_step_is_bit_identical_to_eager(tmp_path, kind):
         assert np.array_equal(la.numpy(), lb.numpy()), i
         assert np.array_equal(wa.numpy(), wb.numpy()), i
     assert [s["mode"] for s in step.stats] == ["njit"]
+
+
+@pytest.mark.parametrize("opt_kind", ["sgd", "adam"])
+def test_bench_bmm_peers_compute_the_same_update(opt_kind):
+    """The benchmark's bmm case does the same math in every peer (NumPy's
+    hand-written loop the reference), or its ratios compare nothing."""
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+    import bench_peers
+    names = ["numbagrad", "numbagrad compiled", "numpy", "torch", "jax"]
+    steps = {n: bench_peers.PEERS[n]("bmm", np.dtype(np.float64), opt_kind, "cpu")
+             for n in names}
+    steps = {n: s for n, s in steps.items() if s is not None}
+    assert {"numbagrad", "numbagrad compiled", "numpy", "torch"} <= set(steps)
+    for _ in range(2 * bench_peers.K):
+        for step in steps.values():
+            step()
+    want = steps["numpy"].weights()
+    start = bench_peers.initial_weights("bmm", np.float64)
+    assert [w.shape for w in want] == [(48, 64, 32), (48, 32, 64)] == [w.shape for w in start]
+    assert not np.allclose(want[0], start[0]) and not np.allclose(want[1], start[1])
+    for name, step in steps.items():
+        for got, w in zip(step.weights(), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-9, atol=1e-12, err_msg=name)
+    assert len(bench_peers.floor_gemms("bmm", np.float32)) == 3 * 48
