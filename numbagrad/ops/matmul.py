@@ -77,7 +77,7 @@ def _matmul_checked(a: Any, b: Any) -> Tensor:
         raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned: {pa[-1]} (last dim "
                          f"of first) != {pb[-2]} (second-to-last dim of second); operands "
                          f"{describe(a)} and {describe(b)}")
-    batch = _batch_shape(a, b, pa[:-2], pb[:-2])
+    batch = () if len(pa) == 2 and len(pb) == 2 else _batch_shape(a, b, pa[:-2], pb[:-2])
     out_shape = batch + (pa[-2],) * (len(sa) >= 2) + (pb[-1],) * (len(sb) >= 2)
     if len(pb) > 2 or (len(pa) > 2 and _swapped(a) is not None):
         return _bmm(a, b, pa, pb, batch, out_shape)
@@ -90,8 +90,8 @@ def _matmul_checked(a: Any, b: Any) -> Tensor:
         kernels.call(kern, "gemm", 0, ad, bd, out, ta, tb, 1.0, 0.0)
         shapes = None
     else:   # gemm sees a vector as a one-row or one-column matrix, a stack as its rows
-        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2, ta), _as_matrix(bd, pb, tb), _as_matrix(out,
-                     (a2[0], pb[1])), ta, tb, 1.0, 0.0)
+        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2, ta), _as_matrix(bd, pb, tb),
+                     _as_matrix(out, (a2[0], pb[1])), ta, tb, 1.0, 0.0)
         shapes = (a2, pb)
     return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
 
