@@ -14,7 +14,8 @@ from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import contiguous, describe, is_scalar, ones, pair, reshaped, result, scalar_of
+from ._common import (broadcast_into, contiguous, describe, is_scalar, ones, pair, permuted,
+                      reduce_into, reshaped, result, scalar_of)
 
 
 def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
@@ -121,10 +122,7 @@ def _swapped(t: Tensor) -> Any:
     nd = len(data.shape)
     if nd < 2 or kern.is_c_contiguous(data):
         return None
-    try:
-        base = data.transpose(tuple(range(nd - 2)) + (nd - 1, nd - 2))
-    except NotImplementedError:   # numba-cuda transposes 2-D device arrays only
-        return None
+    base = permuted(data, tuple(range(nd - 2)) + (nd - 1, nd - 2))
     return base if kern.is_c_contiguous(base) else None
 
 
@@ -149,11 +147,8 @@ def _bmm_operand(t: Tensor, shape: tuple, batch: tuple) -> tuple:
     by a divisor is first expanded to the full ``batch``."""
     rows, cols = shape[-2:]
     div = _divisor(shape[:-2], batch)
-    if div is None:
-        full = buffers.take(t._kern, batch + (rows, cols), t._data.dtype)
-        lead = (1,) * (len(batch) + 2 - len(shape))
-        kernels.call(t._kern, "expand_nd", full.size, reshaped(contiguous(t), lead + shape),
-                     full, 1.0, 0.0)
+    if div is None:   # (only an operand of 3 or more dims: its shape is t's)
+        full = broadcast_into(t._kern, t._data, batch + (rows, cols))
         return reshaped(full, (_prod(batch), rows, cols)), False, 1, True
     count = _prod(shape[:-2])
     base = _swapped(t)
@@ -208,8 +203,7 @@ def _bmm_grad(kern: Any, x3: Any, y3: Any, tx: bool, ty: bool, div: int, x_div: 
     tmp = buffers.take(kern, batch + (rows, cols), dest.dtype)
     kernels.call(kern, "bgemm", 0, x3, y3, reshaped(tmp, (count, rows, cols)), tx, ty, 1.0,
                  0.0, x_div, y_div, 1, count)
-    lead = (1,) * (len(batch) + 2 - len(shape))
-    kernels.call(kern, "sum_to_nd", tmp.size, tmp, reshaped(dest, lead + shape), 1.0, beta)
+    reduce_into(kern, tmp, dest, 1.0, beta)
 
 
 def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
