@@ -121,8 +121,8 @@ def test_transposed_views_are_read_through_the_flags_not_copied(sa, sb, swap_a, 
                                    rtol=1e-9, atol=1e-12)
 
 
-GRADCHECK = [((2, 3, 4), (2, 4, 2)), ((2, 3, 4), (4, 2)), ((3,), (2, 3, 2)),
-             ((2, 1, 2, 3), (3, 3, 2)), ((2, 1, 2, 2, 3), (1, 2, 1, 3, 2)), ((0, 2, 3), (3, 2))]
+GRADCHECK = [((2, 2, 3), (2, 3, 2)), ((2, 2, 3), (3, 2)), ((3,), (2, 3, 2)),
+             ((2, 1, 1, 3), (3, 3, 2)), ((2, 1, 2, 1, 2), (1, 2, 1, 2, 2)), ((0, 2, 3), (3, 2))]
 
 
 @pytest.mark.parametrize("sa, sb", GRADCHECK, ids=[f"{a}@{b}" for a, b in GRADCHECK])
@@ -292,16 +292,16 @@ def test_compiled_nd_matmul_step_is_bit_identical_to_eager(tmp_path, kind):
     assert [s["mode"] for s in step.stats] == ["njit"]
 
 
-@pytest.mark.parametrize("opt_kind", ["sgd", "adam"])
-def test_bench_bmm_peers_compute_the_same_update(opt_kind):
-    """The benchmark's bmm case does the same math in every peer (NumPy's
-    hand-written loop the reference), or its ratios compare nothing."""
+def test_bench_bmm_peers_compute_the_same_update():
+    """The benchmark's bmm case (its one row: float32 Adam; float64 here)
+    does the same math in every peer (NumPy's hand-written loop the
+    reference), or its ratios compare nothing."""
     import pathlib
     import sys
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
     import bench_peers
     names = ["numbagrad", "numbagrad compiled", "numpy", "torch", "jax"]
-    steps = {n: bench_peers.PEERS[n]("bmm", np.dtype(np.float64), opt_kind, "cpu")
+    steps = {n: bench_peers.PEERS[n]("bmm", np.dtype(np.float64), "adam", "cpu")
              for n in names}
     steps = {n: s for n, s in steps.items() if s is not None}
     assert {"numbagrad", "numbagrad compiled", "numpy", "torch"} <= set(steps)
