@@ -25,6 +25,7 @@ from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
                      pointwise_loss, pointwise_loss_mt)
 from .matmul import gemm, linear  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
+from .select import astype, compare, where, where_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names
 from .. import table as _table
@@ -69,3 +70,4 @@ KERNELS = _table(globals(), (
     "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
     "unary_backward", "upload", *_optim_names))
+KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
