@@ -90,11 +90,13 @@ def _broadcast_to(fn, array, shape, subok=False):
     return fn(array, shape)
 
 
-def _reduction(fn, a, axis=None, dtype=None, keepdims=False):
+def _reduction(fn, a, axis=None, dtype=None, out=None, keepdims=False):
+    what = f"numpy.{fn.__name__} on a numbagrad Tensor of {a.dtype}"
+    if out is not None:
+        raise TypeError(f"{what}: out= is not supported (ops return new tensors)")
     if dtype is not None and np.dtype(dtype) != a.dtype:
-        raise TypeError(f"numpy.{fn.__name__} on a numbagrad Tensor of {a.dtype}: dtype="
-                        f"{np.dtype(dtype)} is not supported (ops never convert; use "
-                        "x.astype first)")
+        raise TypeError(f"{what}: dtype={np.dtype(dtype)} is not supported (ops never "
+                        "convert; use x.astype first)")
     return fn(a, axis, keepdims)
 
 
@@ -119,13 +121,14 @@ def _pad(fn, array, pad_width, mode="constant", constant_values=0.0):
 # NumPy function name -> (the ng op expected to answer it, the adapter that
 # calls ``fn`` with NumPy's arguments)
 ADAPTERS: dict[str, tuple[str, Callable]] = {
-    "concatenate": ("concatenate", _concatenate), "stack": ("stack", _stack),
-    "split": ("split", _split), "take": ("x[key] (indexing)", _take),
-    "take_along_axis": ("gather", _take_along_axis), "reshape": ("reshape", _reshape),
-    "transpose": ("permute", _transpose), "squeeze": ("squeeze", _squeeze),
-    "expand_dims": ("unsqueeze", _expand_dims), "broadcast_to": ("broadcast_to", _broadcast_to),
-    "sum": ("sum", _reduction), "mean": ("mean", _reduction), "matmul": ("matmul", _matmul),
-    "where": ("where", _where), "pad": ("pad", _pad),
+    "concatenate": ("ng.concatenate", _concatenate), "stack": ("ng.stack", _stack),
+    "split": ("ng.split", _split), "take": ("indexing, x[key]", _take),
+    "take_along_axis": ("ng.gather", _take_along_axis), "reshape": ("ng.reshape", _reshape),
+    "transpose": ("ng.permute", _transpose), "squeeze": ("ng.squeeze", _squeeze),
+    "expand_dims": ("ng.unsqueeze", _expand_dims),
+    "broadcast_to": ("ng.broadcast_to", _broadcast_to), "sum": ("ng.sum", _reduction),
+    "mean": ("ng.mean", _reduction), "matmul": ("ng.matmul", _matmul),
+    "where": ("ng.where", _where), "pad": ("ng.pad", _pad),
 }
 
 # NumPy functions with no op: what to use instead
@@ -184,7 +187,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     if target is None or fn is None:
         label = f"numpy.{name}" if name else getattr(func, "__qualname__", repr(func))
         if target is not None:
-            alt = f"it runs ng.{target[0]}, which this build does not have yet"
+            alt = f"it runs {target[0]}, which this build does not have yet"
         else:
             alt = HINTS.get(name, "numbagrad has no op for it (no ng alternative); "
                                   "np.asarray(t) or t.numpy() gives the data")

@@ -6,7 +6,9 @@ from the transformations it wraps:
 - the **window** (``window.py``): ``accumulate_steps`` micro-steps per
   update, the ``.grad`` and ``step(grads)`` spellings, ``average`` (1/k, the
   sum, or 1/samples), ``flush()``, the non-finite check, gradient clipping
-  and the hook ``numbagrad.distributed`` plugs in;
+  and the hook ``numbagrad.distributed`` plugs in; a small CPU group's
+  window closes in one call of the rule's boundary kernel (``Boundary``),
+  the one ``ng.compile`` runs inside its compiled step;
 - the **update rule** (``rules.py``): SGD, Adam or AdamW, their per-element
   state and one fused kernel each.
 

@@ -1,77 +1,63 @@
-"""An optimizer's micro-step split for ``ng.compile``: Python bookkeeping
-around a boundary kernel that the compiled step calls itself.
+"""An optimizer's micro-step split for ``ng.compile``: the window's
+``Boundary`` (``window.py``) run inside the compiled step.
 
 ``begin()`` runs before the compiled step and changes nothing: it says
-whether this micro-step can be fused and, when it closes the window, fills
-``ctl`` (learning rate, scale, clipping, hyper-parameters) for the boundary
-kernel (``numbagrad/kernels/cpu/boundary.py``). ``commit()`` runs after it
-and does the window's bookkeeping, exactly as ``Optimizer.step()`` would
-have. A micro-step that cannot be fused (another spelling inside the
-window, ``average="samples"``, a distributed hook, a non-finite total) runs
-``opt.step()`` itself, so every error and warning is eager mode's.
+whether this micro-step can be fused and, when it closes the window, arms
+the boundary kernel. ``commit()`` runs after it and does what
+``Optimizer.step()`` would have: count the micro-step, finish the window
+the kernel closed, or call ``opt.step()`` itself for a micro-step that
+cannot be fused (another spelling inside the window, ``average="samples"``,
+a distributed hook, a non-finite total), so every error and warning is
+eager mode's.
 """
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..kernels.cpu import boundary as bk
-from ..kernels.cpu import optim as optim_kernels
 from ..tensor import Tensor
 from .optimizer import Optimizer
-from .window import CLIP_EPS
+from .window import Boundary
 
 
 class FusedUpdate:
     """The window boundary of ``opt`` as one kernel call inside a compiled step.
 
     Build it with ``FusedUpdate.build``, which returns None unless the
-    update can run inside the compiled step: a numbagrad optimizer with one
-    CPU group (one dtype), every param reached by the step (so every param
-    holds a gradient at every boundary, as the compiled step marks them),
-    an update rule with a boundary kernel, and a group below the threaded
-    kernels' size threshold (above it the update dominates the step and
-    ``opt.step()`` picks the faster variant, as in eager mode).
+    window has a ``Boundary`` (a numbagrad optimizer with one small CPU
+    group and a rule with a boundary kernel) and every param is reached by
+    the step (so every param holds a gradient at every boundary, as the
+    compiled step marks them). ``kernel``, ``args`` and ``ctl`` are the
+    boundary's, for the code generator.
     """
 
-    __slots__ = ("all_live", "args", "ctl", "group", "kernel", "opt", "rule", "sent", "win")
+    __slots__ = ("all_live", "args", "boundary", "ctl", "kernel", "opt", "win")
 
     # begin()'s answers
     PYTHON, COUNT, CLOSE = 0, 1, 2
 
-    def __init__(self, opt: Optimizer, kernel: Any, args: tuple, ctl: np.ndarray) -> None:
+    def __init__(self, opt: Optimizer, boundary: Boundary) -> None:
         self.opt = opt
         self.win = opt._window
-        self.rule = opt._rule
-        self.group = self.win.groups[0]
-        self.kernel = kernel
-        self.args = args
-        self.ctl = ctl
-        self.all_live = (True,) * len(self.group.params)
-        self.sent: tuple = ()  # the values last written to ctl[LR:]
+        self.boundary = boundary
+        self.kernel, self.args, self.ctl = boundary.kernel, boundary.args, boundary.ctl
+        self.all_live = (True,) * len(boundary.group.params)
 
     @classmethod
     def build(cls, opt: Any, reached: list[Tensor]) -> FusedUpdate | None:
-        if not isinstance(opt, Optimizer) or len(opt._window.groups) != 1:
+        if not isinstance(opt, Optimizer):
             return None
-        group = opt._window.groups[0]
-        if group.kern.name != "cpu" or optim_kernels._threaded(group.size):
+        boundary = opt._window.fused_boundary(opt._rule)
+        if not boundary:
             return None
         ids = {id(p) for p in reached}
-        if any(id(p) not in ids for p in group.params):
+        if any(id(p) not in ids for p in boundary.group.params):
             return None
-        sq = np.zeros(1, np.float64)
-        ctl = np.zeros(bk.SIZE, np.float64)
-        fused = opt._rule.fused(group, sq, ctl)
-        if fused is None:
-            return None
-        return cls(opt, fused[0], fused[1], ctl)
+        return cls(opt, boundary)
 
     def begin(self) -> int:
         """What this micro-step is, changing no state: COUNT (fused, inside the
-        window), CLOSE (fused, closing it: ``ctl`` is armed) or PYTHON (call
-        ``opt.step()`` after the compiled step)."""
+        window), CLOSE (fused, closing it: the kernel is armed) or PYTHON
+        (``opt.step()`` after the compiled step)."""
         win = self.win
         if win.hook is not None or win.mode == "map" or win.average == "samples" \
                 or self.opt._taken:
@@ -82,55 +68,20 @@ class FusedUpdate:
             lr = self.opt._lr_for(win.t)
         except Exception:  # noqa: BLE001 (opt.step() raises it after the backward, as eager)
             return self.PYTHON
-        self._arm(lr, win.accumulate_steps, self.all_live)
+        self.boundary.arm(lr, win.accumulate_steps, self.all_live)
         return self.CLOSE
-
-    def _arm(self, lr: float, positions: int, live: tuple) -> None:
-        """Fill ``ctl`` for a window of ``positions`` micro-steps closing now."""
-        win, rule = self.win, self.rule
-        values = (lr, 1.0 / win.divisor(positions),
-                  -1.0 if win.max_grad_norm is None else win.max_grad_norm, CLIP_EPS,
-                  1.0 if win.nonfinite != "ignore" else 0.0,
-                  rule.fused_parity(self.group, self.args), *rule.fused_hyper())
-        if values != self.sent:
-            self.ctl[bk.LR:bk.LR + len(values)] = values
-            self.sent = values
-        self.group.set_live(live)
-        self.ctl[bk.CLOSING] = 1.0    # the boundary kernel sets it back to 0
-
-    def close_now(self, lr: float) -> bool:
-        """Eager ``step()``'s boundary as one call of the same kernel: True when
-        the update was applied and the window closed. False changes nothing
-        that ``Window.close`` reads: a window of ``step(grads)`` or one with a
-        distributed hook, ``average="samples"`` or a non-finite total (the
-        kernel then writes nothing) is left to ``Window.close``, which finds
-        the culprits and raises or skips."""
-        win = self.win
-        if win.mode != "grad" or win.hook is not None or win.average == "samples":
-            return False
-        self._arm(lr, win.pos, self.group.grad_flags())
-        self.kernel(*self.args)
-        if self.ctl[bk.STATUS] == 0.0:
-            return False
-        self._applied()
-        return True
 
     def disarm(self) -> None:
         """The compiled step did not run: no boundary is pending."""
-        self.ctl[bk.CLOSING] = 0.0
+        self.boundary.disarm()
 
-    def commit(self) -> None:
-        """After a compiled step that began with CLOSE: close the window if the
-        boundary kernel applied its update, else let ``opt.step()`` do it."""
-        if self.ctl[bk.STATUS] == 0.0:     # non-finite: eager mode's path, from the start
+    def commit(self, begun: int) -> None:
+        """After a compiled step that began with ``begun``: count it, finish the
+        window its kernel closed, or else run ``opt.step()`` (a non-finite
+        total then takes eager mode's path from the start)."""
+        if begun == self.COUNT:
+            win = self.win
+            win.mode = "grad"
+            win.pos += 1
+        elif begun != self.CLOSE or not self.boundary.applied():
             self.opt.step()
-            return
-        self._applied()
-
-    def _applied(self) -> None:
-        """The window's bookkeeping after the boundary kernel applied its update."""
-        win = self.win
-        self.rule.after_update(self.group)
-        win.last_grad_norm = (float(self.ctl[bk.NORM]) if win.max_grad_norm is not None
-                              or win.nonfinite != "ignore" else None)
-        win.finish("grad")

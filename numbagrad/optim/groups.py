@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
 
 if TYPE_CHECKING:
@@ -50,14 +51,14 @@ class Group:
         np.cumsum([p.size for p in params], out=bounds[1:])
         self.bounds = bounds
         self.size = int(bounds[-1])
-        self.seg = kern.from_host(bounds)
-        self.w = kern.empty((self.size,), self.dtype)
+        self.seg = kernels.from_host(kern, bounds)
+        self.w = kernels.empty(kern, (self.size,), self.dtype)
         self.g = self.zeros()
         self.g_body = self.g[:self.size]
         for p, view_w, view_g in zip(params, self.views(self.w), self.views(self.g)):
-            kern.axpby(1.0, p._data, 0.0, view_w)
+            kernels.call(kern, "axpby", p.size, 1.0, p._data, 0.0, view_w)
             if p._live:
-                kern.axpby(1.0, p._acc, 0.0, view_g)
+                kernels.call(kern, "axpby", p.size, 1.0, p._acc, 0.0, view_g)
             if p._owner is not None:
                 p._owner._taken = True
             p._data, p._acc, p._owner = view_w, view_g, owner
@@ -66,15 +67,15 @@ class Group:
         self.win_views: list = []
         self.seen = [False] * len(params)
         self.live_flags: tuple | None = None   # the flags uploaded to self.live
-        self.live = kern.from_host(np.zeros(len(params), np.uint8))
-        self.sq = kern.from_host(np.zeros(1, np.float64))   # sumsq's result
+        self.live = kernels.from_host(kern, np.zeros(len(params), np.uint8))
+        self.sq = kernels.from_host(kern, np.zeros(1, np.float64))   # sumsq's result
         self.slots: dict[str, Any] = {}
         self.scratch: dict[str, Any] = {}
 
     def zeros(self, tail: int = TAIL) -> Any:
         """A new zeroed flat buffer of the group's size (plus ``tail``) and dtype."""
-        array = self.kern.empty((self.size + tail,), self.dtype)
-        self.kern.fill(array, 0.0)
+        array = kernels.empty(self.kern, (self.size + tail,), self.dtype)
+        kernels.call(self.kern, "fill", 0, array, 0.0)
         return array
 
     def views(self, flat: Any) -> list:
@@ -98,17 +99,17 @@ class Group:
 
     def set_live(self, flags: tuple) -> None:
         if flags != self.live_flags:
-            self.kern.upload(np.array(flags, np.uint8), self.live)
+            kernels.call(self.kern, "upload", 0, np.array(flags, np.uint8), self.live)
             self.live_flags = flags
 
     def sum_of_squares(self, flat: Any) -> float:
         """One reduction pass over a gradient buffer's body (float64, may be NaN/inf)."""
-        self.kern.sumsq(self.body(flat), self.sq)
-        return float(self.kern.to_host(self.sq)[0])
+        kernels.call(self.kern, "sumsq", 0, self.body(flat), self.sq)
+        return float(kernels.to_host(self.kern, self.sq)[0])
 
     def nonfinite(self, flat: Any) -> list[int]:
         """Indices of the params whose part of ``flat`` holds NaN or infinity."""
-        host = self.kern.to_host(self.body(flat))
+        host = kernels.to_host(self.kern, self.body(flat))
         b = self.bounds
         return [i for i in range(len(self.params))
                 if not np.isfinite(host[b[i]:b[i + 1]]).all()]

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
 from . import _checks, schedules
 from .groups import TAIL, Group
@@ -53,7 +54,6 @@ class Optimizer:
         self._rule = rule
         self._lr = lr
         self._taken = False   # set when another optimizer adopts one of our params
-        self._boundary: Any = None   # the eager boundary kernel (FusedUpdate), False: none
         by_key: dict[tuple, list[Tensor]] = {}
         for p in plist:
             by_key.setdefault((p.device, p.dtype), []).append(p)
@@ -156,25 +156,10 @@ class Optimizer:
             lr = self._lr_for(win.t) if closing else 0.0
             win.warn_if_empty(plan, win.pos + 1 if closing else 0)
             win.record(plan, n)
-            return self._close(lr) if closing else False
+            return win.close(self._rule, lr) if closing else False
         except BaseException:
             win.release_if_idle()
             raise
-
-    def _close(self, lr: float) -> bool:
-        """Close the window: through the boundary kernel ``ng.compile`` runs
-        (``FusedUpdate``: a CPU group below the threading threshold), one call
-        where ``Window.close`` makes several and the same bits, or else
-        ``Window.close`` itself, which handles every case."""
-        boundary = self._boundary
-        if boundary is None:
-            from .fused import FusedUpdate     # it builds on this module
-            groups = self._window.groups
-            boundary = self._boundary = FusedUpdate.build(
-                self, [p for g in groups for p in g.params]) or False
-        if boundary and boundary.close_now(lr):
-            return True
-        return self._window.close(self._rule, lr, stacklevel=5)   # the user's step()
 
     def flush(self) -> bool:
         """Apply the current window now, scaled by what it holds; False if it is empty.
@@ -271,11 +256,11 @@ class Optimizer:
             groups.append({
                 "device": kern.name, "dtype": str(g.dtype),
                 "shapes": [p.shape for p in g.params],
-                "grad": kern.to_host(g.g_body),
+                "grad": kernels.to_host(kern, g.g_body),
                 "live": np.array([p._live for p in g.params]),
-                "window": None if g.win is None else kern.to_host(g.win_body),
+                "window": None if g.win is None else kernels.to_host(kern, g.win_body),
                 "seen": np.array(g.seen),
-                "slots": {name: kern.to_host(a) for name, a in g.slots.items()},
+                "slots": {name: kernels.to_host(kern, a) for name, a in g.slots.items()},
             })
         return {"type": type(self).__name__, "hyper": self._hyper(), "t": win.t,
                 "pos": win.pos, "mode": win.mode, "samples": win.samples,
@@ -311,17 +296,19 @@ class Optimizer:
         for g, saved in zip(win.groups, state["groups"]):
             kern = g.kern
             tail = np.zeros(TAIL, g.dtype)
-            kern.upload(np.concatenate([np.asarray(saved["grad"], g.dtype), tail]), g.g)
+            kernels.call(kern, "upload", 0,
+                         np.concatenate([np.asarray(saved["grad"], g.dtype), tail]), g.g)
             for p, live in zip(g.params, saved["live"]):
                 p._live = bool(live)
             if saved["window"] is not None:
-                kern.upload(np.concatenate([np.asarray(saved["window"], g.dtype), tail]),
-                            g.window())
+                kernels.call(kern, "upload", 0,
+                             np.concatenate([np.asarray(saved["window"], g.dtype), tail]),
+                             g.window())
             elif g.win is not None:
-                kern.fill(g.win, 0.0)
+                kernels.call(kern, "fill", 0, g.win, 0.0)
             g.seen = [bool(s) for s in saved["seen"]]
             for name, array in g.slots.items():
-                kern.upload(np.asarray(saved["slots"][name]), array)
+                kernels.call(kern, "upload", 0, np.asarray(saved["slots"][name]), array)
             g.live_flags = None
 
     def _check_state(self, state: Mapping[str, Any]) -> tuple[dict, Any, tuple]:

@@ -3,18 +3,31 @@
 A rule knows nothing about windows: the optimizer hands it a group, the
 group's flat gradient total, the learning rate and the factor to scale the
 total by (the window's averaging and clipping folded into one number), and
-the rule's kernel applies the update and zeroes the gradient buffer.
+the rule's kernel applies the update and zeroes the gradient buffer. A rule
+may also describe its update as a window boundary kernel
+(``boundary_kernel``), which the window then runs where it applies.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import kernels
 from ..kernels.cpu import boundary
 from . import _checks
 from .groups import Group
+
+
+class BoundaryKernel(NamedTuple):
+    """A rule's update as a boundary kernel of ``numbagrad/kernels/cpu/boundary.py``."""
+
+    kernel: Any                        # e.g. boundary.adam_close
+    args: tuple                        # its arguments, ending in (sq, ctl)
+    values: Callable[[], tuple]        # ctl[PARITY:] now: the swapped slots' parity, hypers
+    after: Callable[[], None] | None   # what ``update`` does after its kernel, if anything
 
 
 class Rule:
@@ -29,21 +42,10 @@ class Rule:
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         raise NotImplementedError
 
-    # ng.compile's fused boundary (numbagrad/kernels/cpu/boundary.py): the
-    # kernel and its arguments, the hyper-parameters it reads from ``ctl``,
-    # the parity of swapped slots, and what ``update`` does after its kernel.
-    def fused(self, group: Group, sq: Any, ctl: Any) -> tuple[Any, tuple] | None:
-        """The boundary kernel and its arguments for ``group``; None if there is none."""
+    def boundary_kernel(self, group: Group, sq: Any, ctl: Any) -> BoundaryKernel | None:
+        """This rule's update of ``group`` as a boundary kernel reading ``ctl`` (and
+        summing squares into ``sq``); None if it has none."""
         return None
-
-    def fused_hyper(self) -> tuple[float, ...]:
-        return ()
-
-    def fused_parity(self, group: Group, args: tuple) -> int:
-        return 0
-
-    def after_update(self, group: Group) -> None:
-        """What ``update`` does after its kernel (also after a boundary kernel's update)."""
 
     def hyper(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.names}
@@ -69,18 +71,16 @@ class SGDRule(Rule):
     def new_slots(self, group: Group) -> dict[str, Any]:
         return {"momentum_buffer": group.zeros(tail=0)} if self.momentum else {}
 
-    def fused(self, group: Group, sq: Any, ctl: Any) -> tuple[Any, tuple] | None:
+    def boundary_kernel(self, group: Group, sq: Any, ctl: Any) -> BoundaryKernel:
         v = group.slots.get("momentum_buffer", group.g)
-        return boundary.sgd_close, (group.w, group.g, group.g_body, v, group.seg,
-                                         group.live, sq, ctl)
-
-    def fused_hyper(self) -> tuple[float, ...]:
-        return (self.momentum, self.weight_decay)
+        return BoundaryKernel(boundary.sgd_close,
+                              (group.w, group.g, group.g_body, v, group.seg, group.live, sq, ctl),
+                              lambda: (0, self.momentum, self.weight_decay), None)
 
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         v = group.slots.get("momentum_buffer", flat_grad)
-        group.kern.sgd_update(group.w, flat_grad, v, group.seg, group.live,
-                              lr, self.momentum, scale, self.weight_decay)
+        kernels.call(group.kern, "sgd_update", 0, group.w, flat_grad, v, group.seg, group.live,
+                     lr, self.momentum, scale, self.weight_decay)
 
     def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         momentum = _checks.unit("momentum", saved["momentum"])
@@ -118,34 +118,31 @@ class AdamRule(Rule):
     def new_slots(self, group: Group) -> dict[str, Any]:
         # Per-param step counts: the kernel reads "step" and writes the
         # next counts into the scratch twin, then the two swap.
-        steps = [group.kern.from_host(np.zeros(len(group.params), np.int64)) for _ in "ab"]
+        steps = [kernels.from_host(group.kern, np.zeros(len(group.params), np.int64))
+                 for _ in "ab"]
         group.scratch["next_step"] = steps[1]
         return {"exp_avg": group.zeros(tail=0), "exp_avg_sq": group.zeros(tail=0),
                 "step": steps[0]}
 
-    def fused(self, group: Group, sq: Any, ctl: Any) -> tuple[Any, tuple] | None:
+    def boundary_kernel(self, group: Group, sq: Any, ctl: Any) -> BoundaryKernel:
         slots = group.slots
-        return boundary.adam_close, (
+        first = slots["step"]    # the kernel's steps_a: PARITY 1 once the counts swapped
+
+        def values() -> tuple:
+            return (0 if slots["step"] is first else 1, *self.betas, self.eps,
+                    self.weight_decay)
+        return BoundaryKernel(boundary.adam_close, (
             group.w, group.g, group.g_body, slots["exp_avg"], slots["exp_avg_sq"], group.seg,
-            group.live, slots["step"], group.scratch["next_step"], sq, ctl)
-
-    def fused_hyper(self) -> tuple[float, ...]:
-        return (*self.betas, self.eps, self.weight_decay)
-
-    def fused_parity(self, group: Group, args: tuple) -> int:
-        return 0 if group.slots["step"] is args[7] else 1
-
-    def after_update(self, group: Group) -> None:
-        slots, scratch = group.slots, group.scratch
-        slots["step"], scratch["next_step"] = scratch["next_step"], slots["step"]
+            group.live, first, group.scratch["next_step"], sq, ctl), values,
+            functools.partial(_swap_steps, group))
 
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         slots, scratch = group.slots, group.scratch
-        group.kern.adam_update(group.w, flat_grad, slots["exp_avg"], slots["exp_avg_sq"],
-                               group.seg, group.live, slots["step"], scratch["next_step"],
-                               lr, self.betas[0], self.betas[1], self.eps, scale,
-                               self.weight_decay)
-        self.after_update(group)
+        kernels.call(group.kern, "adam_update", 0, group.w, flat_grad, slots["exp_avg"],
+                     slots["exp_avg_sq"], group.seg, group.live, slots["step"],
+                     scratch["next_step"], lr, self.betas[0], self.betas[1], self.eps, scale,
+                     self.weight_decay)
+        _swap_steps(group)
 
     def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         betas, eps = self._checked(saved["betas"], saved["eps"])
@@ -154,3 +151,9 @@ class AdamRule(Rule):
             values["weight_decay"] = _checks.non_negative("weight_decay",
                                                           saved["weight_decay"])
         return values
+
+
+def _swap_steps(group: Group) -> None:
+    """After an Adam update (its kernel wrote the next step counts into the twin)."""
+    slots, scratch = group.slots, group.scratch
+    slots["step"], scratch["next_step"] = scratch["next_step"], slots["step"]

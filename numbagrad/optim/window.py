@@ -5,23 +5,28 @@ wraps a transformation): either each param's ``.grad`` (``step()``) or the
 optimizer's own buffer (``step(grads)``), one spelling per window. At the
 boundary it reduces across ranks (the distributed hook), works out the
 scale (1/k, 1 or 1/samples), checks the total for NaN/infinity and clips
-it in one reduction pass, and hands the update to the rule.
+it in one reduction pass, and hands the update to the rule. One CPU group
+below the threading threshold closes in one call of its rule's boundary
+kernel (``Boundary``, which ``ng.compile``'s step runs too); the same
+scalar rule (``boundary.clip_scale``) decides the scale either way.
 """
 from __future__ import annotations
 
-import math
 import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import numpy as np
+
+from .. import kernels
+from ..kernels.cpu import boundary as bk
+from ..kernels.cpu import optim as optim_kernels
 from ..tensor import Tensor
 from . import _checks
 from .groups import COUNT_LIMIT, Group
-from .rules import Rule
+from .rules import BoundaryKernel, Rule
 
-# added to the norm before dividing, as torch.nn.utils.clip_grad_norm_
-CLIP_EPS = 1e-6
 # taken while a thread claims a window (once per window), shared by all windows
 _CLAIMING = threading.Lock()
 
@@ -65,6 +70,7 @@ class Window:
         self.last_grad_norm: float | None = None
         self.hook: WindowHook | None = None
         self.all_live = False        # update every param, reached or not (distributed)
+        self.boundary: Boundary | bool | None = None   # built on the first close; False: none
         # The ident of the thread holding the window, or None (see claim).
         self.thread: int | None = None
 
@@ -192,7 +198,8 @@ class Window:
         if plan is not None:
             for group, i, array in plan:
                 group.window()
-                group.kern.axpby(1.0, array, 1.0, group.win_views[i])
+                kernels.call(group.kern, "axpby", array.size, 1.0, array, 1.0,
+                             group.win_views[i])
                 group.seen[i] = True
         self.mode = "grad" if plan is None else "map"
         self.pos += 1
@@ -204,9 +211,18 @@ class Window:
         """Apply the window's total; False if it was skipped as non-finite.
 
         ``positions`` is how many micro-steps the window holds over all
-        ranks (``flush`` passes it); by default ``pos`` on every rank.
+        ranks (``flush`` passes it); by default ``pos`` on every rank. A
+        ``.grad`` window with a ``Boundary`` (no hook, not ``average="samples"``)
+        closes in one kernel call; anything else, and a non-finite total,
+        takes the Python path below (the same kernels and ``clip_scale``).
         """
         mode = self.mode or "grad"
+        fused = self.boundary
+        if fused is None:
+            fused = self.fused_boundary(rule)
+        if fused and mode == "grad" and self.hook is None and self.average != "samples" \
+                and fused.close(lr, self.pos if positions is None else positions):
+            return True
         buffers = []
         for group in self.groups:
             if mode == "grad":
@@ -224,24 +240,35 @@ class Window:
         scale = 1.0 / self.divisor(positions if positions is not None else self.pos * ranks,
                                    ranks, samples)
 
-        norm = None
-        if self.max_grad_norm is not None or self.nonfinite != "ignore":
-            sq = sum(g.sum_of_squares(flat) for g, flat in zip(self.groups, buffers))
-            norm = scale * math.sqrt(sq) if sq >= 0 else math.nan
-            if not math.isfinite(norm) and self.nonfinite != "ignore":
-                bad = [self.names[g.params[i].id] for g, flat in zip(self.groups, buffers)
-                       for i in g.nonfinite(flat)]
-                if bad:
-                    return self._drop(mode, bad, stacklevel)
-            if self.max_grad_norm is not None:
-                coef = self.max_grad_norm / (norm + CLIP_EPS)
-                if not coef >= 1.0:   # NaN too, as torch: a NaN norm makes NaN grads
-                    scale *= coef
+        sq = sum(g.sum_of_squares(flat) for g, flat in zip(self.groups, buffers)) \
+            if self.measured() else 0.0
+        scale, norm, ok = bk.clip_scale(scale, sq, *self.norm_rule())
+        if not ok:
+            bad = [self.names[g.params[i].id] for g, flat in zip(self.groups, buffers)
+                   for i in g.nonfinite(flat)]
+            if bad:
+                return self._drop(mode, bad, stacklevel)
         for group, flat in zip(self.groups, buffers):
             rule.update(group, flat, lr, scale)
-        self.last_grad_norm = norm
+        self.last_grad_norm = None if norm < 0 else norm   # -1.0: not needed
         self.finish(mode)
         return True
+
+    def fused_boundary(self, rule: Rule) -> Boundary | bool:
+        """The window's ``Boundary`` (built on first use, ``rule``'s), or False: none."""
+        if self.boundary is None:
+            self.boundary = Boundary.build(self, rule) or False
+        return self.boundary
+
+    def measured(self) -> bool:
+        """Whether a close needs the total's norm (to clip it or to check it)."""
+        return self.max_grad_norm is not None or self.nonfinite != "ignore"
+
+    def norm_rule(self) -> tuple[float, bool]:
+        """``clip_scale``'s (max_norm, check): ``max_grad_norm`` (-1.0: no clipping)
+        and whether a non-finite total must be caught."""
+        return (-1.0 if self.max_grad_norm is None else self.max_grad_norm,
+                self.nonfinite != "ignore")
 
     def divisor(self, positions: int, ranks: int = 1, samples: int = 0) -> int:
         """What the window's total is divided by: its micro-steps (average=True),
@@ -277,12 +304,12 @@ class Window:
         for group in self.groups:
             if mode == "grad":
                 if not zeroed:
-                    group.kern.fill(group.g, 0.0)
+                    kernels.call(group.kern, "fill", 0, group.g, 0.0)
                 for p in group.params:
                     p._live = False
             else:
                 if not zeroed:
-                    group.kern.fill(group.window(), 0.0)
+                    kernels.call(group.kern, "fill", 0, group.window(), 0.0)
                 group.seen = [False] * len(group.params)
         self.pos = 0
         self.mode = None
@@ -301,6 +328,74 @@ class Window:
             self.samples = 0
         for group in self.groups:
             if any(p._live for p in group.params):
-                group.kern.fill(group.g, 0.0)
+                kernels.call(group.kern, "fill", 0, group.g, 0.0)
                 for p in group.params:
                     p._live = False
+
+
+class Boundary:
+    """A window's close as one call of its rule's boundary kernel.
+
+    For a window of one CPU group below the optimizer kernels' threading
+    threshold (above it the update dominates and the Python path picks the
+    faster variant) whose rule has a boundary kernel. ``Window.close`` runs
+    it for a ``.grad`` window without a distributed hook or
+    ``average="samples"``; ``ng.compile``'s step runs the same kernel
+    (armed by ``FusedUpdate``) and then calls ``applied``.
+    """
+
+    __slots__ = ("after", "args", "ctl", "group", "kernel", "sent", "values", "win")
+
+    def __init__(self, win: Window, spec: BoundaryKernel, ctl: np.ndarray) -> None:
+        self.win = win
+        self.group = win.groups[0]
+        self.kernel, self.args, self.values, self.after = spec
+        self.ctl = ctl
+        self.sent: tuple = ()   # the values last written to ctl[LR:]
+
+    @classmethod
+    def build(cls, win: Window, rule: Rule) -> Boundary | None:
+        """``win``'s boundary, or None where the Python path must close it."""
+        if len(win.groups) != 1:
+            return None
+        group = win.groups[0]
+        if group.kern.name != "cpu" or optim_kernels._threaded(group.size):
+            return None
+        ctl = np.zeros(bk.SIZE, np.float64)
+        spec = rule.boundary_kernel(group, np.zeros(1, np.float64), ctl)
+        return None if spec is None else cls(win, spec, ctl)
+
+    def arm(self, lr: float, positions: int, live: tuple) -> None:
+        """Fill ``ctl`` for a window of ``positions`` micro-steps closing now,
+        updating the params flagged in ``live``."""
+        win = self.win
+        values = (lr, 1.0 / win.divisor(positions), *win.norm_rule(), *self.values())
+        if values != self.sent:
+            self.ctl[bk.LR:bk.LR + len(values)] = values
+            self.sent = values
+        self.group.set_live(live)
+        self.ctl[bk.CLOSING] = 1.0    # the boundary kernel sets it back to 0
+
+    def close(self, lr: float, positions: int) -> bool:
+        """Close the ``.grad`` window now: True when the update was applied. False
+        (a non-finite total) changes nothing that ``Window.close`` reads."""
+        self.arm(lr, positions, self.group.grad_flags())
+        self.kernel(*self.args)
+        return self.applied()
+
+    def applied(self) -> bool:
+        """After the kernel ran: False if it applied nothing, else the window's
+        bookkeeping (a new window) and True."""
+        if self.ctl[bk.STATUS] == 0.0:
+            return False
+        if self.after is not None:
+            self.after()
+        win = self.win
+        norm = float(self.ctl[bk.NORM])
+        win.last_grad_norm = None if norm < 0 else norm   # clip_scale's -1.0: not needed
+        win.finish("grad")
+        return True
+
+    def disarm(self) -> None:
+        """The armed kernel did not run: no boundary is pending."""
+        self.ctl[bk.CLOSING] = 0.0

@@ -24,6 +24,7 @@ from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F40
 from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
                      pointwise_loss, pointwise_loss_mt)
 from .matmul import gemm, linear  # noqa: F401
+from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
 from .select import astype, compare, where, where_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
@@ -69,5 +70,9 @@ def is_c_contiguous(array) -> bool:
 KERNELS = _table(globals(), (
     "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
+<<<<<<< HEAD
     "unary_backward", "upload", *_optim_names))
 KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
+=======
+    "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
+>>>>>>> main

@@ -1,21 +1,21 @@
-"""A window boundary as one @njit call, for the steps ``ng.compile`` generates.
+"""A window boundary as one @njit call, and the scalar rule every boundary follows.
 
-``Window.close`` (Python) checks the window's total, clips it and hands it
-to the update rule. These kernels do the same in compiled code, so a
-compiled micro-step can include its optimizer update: the same kernels
-(``_sumsq_serial``, ``_adam_serial``, ``_sgd_serial``) on the same
-arguments, and the norm, clip and scalar roundings in the same float64
-operations, hence the same bits. CPU only (on CUDA ``ng.compile`` replays
-from Python and calls ``opt.step()``); used below the optimizer kernels'
-threading threshold, where the Python around an update costs more than
-the update itself.
+``clip_scale`` decides a window's scale, norm and whether it may be
+applied, for ``Window.close`` (Python calls it directly) and for the
+boundary kernels here alike: one function, hence the same bits. The
+kernels (``adam_close``, ``sgd_close``) close a window in one call, with
+the same element kernels (``_sumsq_serial``, ``_adam_serial``,
+``_sgd_serial``) on the same arguments as the Python loop; ``Window.close``
+runs them for one CPU group below the optimizer kernels' threading
+threshold (where the Python around an update costs more than the update
+itself), and ``ng.compile`` calls them inside its compiled step.
 
 ``ctl`` is a float64 array the caller fills before the call and reads
 after it (indices below); the kernel runs when ``ctl[CLOSING]`` is 1 and
 sets it back to 0. When the total is non-finite and the window
 checks for that, nothing is changed and ``ctl[STATUS]`` stays 0: the
-caller then runs ``opt.step()``, which finds the culprits and raises or
-skips exactly as in eager mode.
+caller then takes ``Window.close``'s Python path, which finds the
+culprits and raises or skips.
 """
 from __future__ import annotations
 
@@ -25,34 +25,47 @@ from numba import njit
 
 from .optim import _adam_serial, _cast_like, _sgd_serial, _sumsq_serial
 
-# ctl indices: set by the caller (CLIP_EPS: what clipping adds to the norm) ...
-CLOSING, LR, SCALE, MAX_NORM, CLIP_EPS, CHECK, PARITY, H0, H1, H2, H3 = range(11)
+# added to the norm before dividing, as torch.nn.utils.clip_grad_norm_
+CLIP_EPS = 1e-6
+
+# ctl indices: set by the caller (PARITY and after: the rule's) ...
+CLOSING, LR, SCALE, MAX_NORM, CHECK, PARITY, H0, H1, H2, H3 = range(10)
 # ... and written here
-NORM, STATUS = 11, 12
-SIZE = 13
+NORM, STATUS = 10, 11
+SIZE = 12
+
+
+@njit(cache=True, error_model="numpy")
+def clip_scale(scale, total, max_norm, check):
+    """(scale after clipping, pre-clip norm, ok) of a window whose total, times
+    ``scale``, has sum of squares ``total``. ``max_norm < 0``: no clipping;
+    ``ok`` is False when ``check`` is set and the norm is not finite. With
+    neither, the norm is not needed (``total`` is not read): -1.0."""
+    if max_norm < 0 and not check:
+        return scale, -1.0, True
+    norm = scale * math.sqrt(total) if total >= 0 else math.nan
+    ok = math.isfinite(norm) or not check
+    if max_norm >= 0:
+        coef = max_norm / (norm + CLIP_EPS)
+        if not coef >= 1.0:   # NaN too, as torch: a NaN norm makes NaN grads
+            scale *= coef
+    return scale, norm, ok
 
 
 @njit(cache=True, error_model="numpy")
 def _scale(g_body, sq, ctl):
-    """The window's scale after clipping, or -1.0 if the update must not run here."""
+    """``clip_scale`` from ``ctl`` (summing ``g_body`` only when it is needed): the
+    scale, or -1.0 if the update must not run here."""
     ctl[CLOSING] = 0.0
-    scale = ctl[SCALE]
-    max_norm = ctl[MAX_NORM]
-    ctl[NORM] = math.nan
     ctl[STATUS] = 0.0
-    if max_norm < 0 and ctl[CHECK] == 0:
-        return scale
-    _sumsq_serial(g_body, sq)
-    total = sq[0]
-    norm = scale * math.sqrt(total) if total >= 0 else math.nan
+    max_norm, check = ctl[MAX_NORM], ctl[CHECK] != 0
+    total = 0.0
+    if max_norm >= 0 or check:
+        _sumsq_serial(g_body, sq)
+        total = sq[0]
+    scale, norm, ok = clip_scale(ctl[SCALE], total, max_norm, check)
     ctl[NORM] = norm
-    if not math.isfinite(norm) and ctl[CHECK] != 0:
-        return -1.0
-    if max_norm >= 0:
-        coef = max_norm / (norm + ctl[CLIP_EPS])
-        if not coef >= 1.0:
-            scale *= coef
-    return scale
+    return scale if ok else -1.0
 
 
 @njit(cache=True, error_model="numpy")

@@ -26,6 +26,7 @@ from .losses import cross_entropy, mse, pointwise_loss
 from .matmul import gemm, linear  # noqa: F401
 from .optim import *  # noqa: F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names
+from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward
 from .select import astype, compare, where, where_backward  # noqa: F401
 
@@ -36,5 +37,5 @@ MT_MIN = sys.maxsize
 KERNELS = _table(globals(), (
     "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
-    "unary_backward", "upload", *_optim_names))
+    "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
 KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
