@@ -70,9 +70,5 @@ def is_c_contiguous(array) -> bool:
 KERNELS = _table(globals(), (
     "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
-<<<<<<< HEAD
-    "unary_backward", "upload", *_optim_names))
-KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
-=======
     "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
->>>>>>> main
+KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
