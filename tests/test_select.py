@@ -261,6 +261,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(dev):
         (lambda: x.astype(np.int64), TypeError, "astype: cannot cast a tensor of shape "
                                                 r"\(2, 3\), float64, on .* to int64"),
         (lambda: x.astype("nope"), TypeError, "astype: 'nope' is not a dtype"),
+        (lambda: x.astype(None), TypeError, "astype: None is not a dtype"),
         (lambda: cond.astype(np.bool_), TypeError, "astype: cannot cast .* to bool"),
     ]
     if dev.name == "cuda":
@@ -276,3 +277,18 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(dev):
     assert x.grad is None and y.grad is None
     if dev.name == "cuda":
         assert ng.cuda.launch_count() == start
+
+
+def test_every_select_function_has_a_row_and_the_operators_run_it():
+    import inspect
+
+    from numbagrad.ops import select
+    from numbagrad.ops.table import OPS
+    rowed = {op.fn for op in OPS}
+    public = [f for n, f in vars(select).items() if inspect.isfunction(f)
+              and f.__module__ == select.__name__ and not n.startswith("_")]
+    assert len(public) == 8 and all(f in rowed for f in public)
+    for dunder, fn in [("__lt__", ng.lt), ("__le__", ng.le), ("__gt__", ng.gt),
+                       ("__ge__", ng.ge), ("__eq__", ng.eq), ("__ne__", ng.ne)]:
+        assert getattr(ng.Tensor, dunder).__doc__ == fn.__doc__
+    assert ng.Tensor.astype.__doc__ == ng.astype.__doc__

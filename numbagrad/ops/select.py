@@ -128,6 +128,8 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     gradient goes to ``a`` where ``cond`` holds and to ``b`` elsewhere
     (summed over broadcast dims), as ``torch.where``; two scalars give a
     float64 tensor on the condition's device (PyTorch: its default dtype).
+    As in PyTorch the condition must be boolean (NumPy's ``np.where`` takes
+    any truth values); ``np.where(cond, a, b)`` on tensors runs this op.
     """
     sa, sb = is_scalar(a), is_scalar(b)
     if sa and sb:
@@ -177,6 +179,8 @@ def astype(x: Any, dtype: Any) -> Tensor:
     ``.to``; NumPy's ``astype`` would copy)."""
     x = x if isinstance(x, Tensor) else operand(x, "astype")
     try:
+        if dtype is None:     # (np.dtype(None) would be float64)
+            raise TypeError
         want = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"astype: {dtype!r} is not a dtype (tensor of {describe(x)})") from None
