@@ -400,8 +400,10 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
         raise type(exc)(f"{what}: {exc}") from None
 
 
-_UFUNC_HINTS = {"maximum": "ng.relu (max with 0)", "power": "x ** p",
-                "square": "x * x or x ** 2", "absolute": "ng.sqrt(x * x)"}
+_UFUNC_HINTS = {"maximum": "ng.relu (max with 0) or ng.where(a > b, a, b)", "power": "x ** p",
+                "minimum": "ng.where(a < b, a, b)", "square": "x * x or x ** 2",
+                "absolute": "ng.sqrt(x * x)", "isnan": "x != x (a boolean tensor)",
+                "logical_not": "the opposite comparison (x <= 0 for not x > 0)"}
 
 # ops and tape build on Tensor, so they are imported once it exists.
 from . import interop, ops, tape  # noqa: E402

@@ -91,11 +91,12 @@ def where(cond, a, b, out, sa, sb, mode):
     """out = a where cond else b; ``mode`` bit 1: a is the scalar ``sa``,
     bit 2: b is ``sb`` (that array unread)."""
     o, c, av, bv = out.ravel(), cond.ravel(), a.ravel(), b.ravel()
+    same_c, same_a, same_b = cond.shape == out.shape, a.shape == out.shape, b.shape == out.shape
     for k in range(o.size):
-        if c[_offset(k, out, cond)]:
-            o[k] = sa if mode & 1 else av[_offset(k, out, a)]
+        if c[k if same_c else _offset(k, out, cond)]:
+            o[k] = sa if mode & 1 else av[k if same_a else _offset(k, out, a)]
         else:
-            o[k] = sb if mode & 2 else bv[_offset(k, out, b)]
+            o[k] = sb if mode & 2 else bv[k if same_b else _offset(k, out, b)]
 
 
 @njit(cache=True, error_model="numpy")
