@@ -292,3 +292,17 @@ def test_every_select_function_has_a_row_and_the_operators_run_it():
                        ("__ge__", ng.ge), ("__eq__", ng.eq), ("__ne__", ng.ne)]:
         assert getattr(ng.Tensor, dunder).__doc__ == fn.__doc__
     assert ng.Tensor.astype.__doc__ == ng.astype.__doc__
+
+
+def test_strided_inputs_are_read_as_their_values(dev):
+    a, b = inputs([(3, 2), (2, 3)], 6)
+    x, y = dev.param(a), dev.param(b)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    weights = np.random.default_rng(7).normal(size=(2, 3))
+    with ng.grad_tape():
+        out = ng.where(x.T > y, x.T.astype(np.float32).astype(np.float64), y)
+        loss = loss_of(out, dev.tensor(weights))
+    want = torch.where(ta.T > tb, ta.T.float().double(), tb)
+    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), **TOL)
+    (want * torch.tensor(weights)).sum().backward()
+    assert_grads_like_torch("strided", [x, y], [ta, tb], ng.backward(loss), **TOL)

@@ -3,8 +3,9 @@
 A comparison returns a boolean tensor on its operands' device that never
 carries a gradient; ``where`` takes it as its condition, ``astype`` turns
 it into a float mask. Arithmetic on a boolean tensor is an error (see
-``_common.refuse_bool``). Operands are padded to one rank with leading 1s
-and broadcast inside the kernels (one launch a forward, one a gradient).
+``_common.refuse_bool``). Operands are viewed at one rank, at least
+``RANK``, with leading 1s, and broadcast inside the kernels (one launch a
+forward, one a gradient): a kernel compiles once per dtype, not per rank.
 """
 from __future__ import annotations
 
@@ -22,11 +23,15 @@ from ._common import (broadcast_shape, contiguous, describe, is_scalar, ones, op
 _BOOL = np.dtype(np.bool_)
 _NAMES = {LT: "lt", LE: "le", GT: "gt", GE: "ge", EQ: "eq", NE: "ne"}
 _FLIP = {LT: GT, LE: GE, GT: LT, GE: LE, EQ: EQ, NE: NE}   # s < x is x > s
+RANK = 6
 
 
 def _padded(data: Any, rank: int) -> Any:
-    """``data`` viewed with leading 1s up to ``rank`` dims."""
+    """``data`` (C-contiguous) viewed with leading 1s up to ``rank`` dims;
+    rank 1: flat."""
     shape = data.shape if type(data.shape) is tuple else tuple(data.shape)
+    if rank == 1:
+        return data if len(shape) == 1 else reshaped(data, (data.size,))
     return data if len(shape) == rank else reshaped(data, (1,) * (rank - len(shape)) + shape)
 
 
@@ -47,10 +52,11 @@ def _compare(code: int, a: Any, b: Any) -> Tensor:
         x, y = pair(a, b, op)
         s = 0.0
     shape = broadcast_shape(x.shape, y.shape, op)
-    kern, rank = x._kern, len(shape)
+    kern, rank = x._kern, max(len(shape), RANK)
     out = buffers.take(kern, shape, _BOOL)
     kernels.call(kern, "compare", out.size, code, _padded(contiguous(x), rank),
-                 _padded(contiguous(y), rank), out, scalar_of(x.dtype, s), with_scalar)
+                 _padded(contiguous(y), rank), _padded(out, rank), scalar_of(x.dtype, s),
+                 with_scalar)
     return _mask(out, kern)
 
 
@@ -147,14 +153,15 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     shape = c.shape
     for s in shapes:
         shape = broadcast_shape(shape, s, "where")
-    rank = len(shape)
+    rank = max(len(shape), RANK)
     out = buffers.take(kern, shape, dtype)
+    o = _padded(out, rank)
     datas = [_padded(contiguous(t), rank) for t in values]
     cd = _padded(contiguous(c), rank)
-    pa = out if sa else datas[0]
-    pb = out if sb else datas[-1]
+    pa = o if sa else datas[0]
+    pb = o if sb else datas[-1]
     mode = (1 if sa else 0) | (2 if sb else 0)
-    kernels.call(kern, "where", out.size, cd, pa, pb, out,
+    kernels.call(kern, "where", out.size, cd, pa, pb, o,
                  scalar_of(dtype, float(a) if sa else 0.0),
                  scalar_of(dtype, float(b) if sb else 0.0), mode)
     picks = (True, False) if len(values) == 2 else ((False,) if sa else (True,))
@@ -163,13 +170,14 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
 
 def _where_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     cond, shape, picks = node.saved
-    kern = node.inputs[0]._kern
+    kern, rank = node.inputs[0]._kern, len(cond.shape)
     g = gout if gout is not None else ones(kern, shape, node.inputs[0].dtype)
+    g = _padded(g, rank)    # (keeps a seed referenced while only its view is used)
     for t, pick in zip(node.inputs, picks):
         if t.requires_grad:    # one at a time: where(c, x, x) adds into one array
             dest, beta = ctx.dest(t)
-            kernels.call(kern, "where_backward", dest.size, cond, g,
-                         _padded(dest, len(shape)), beta, pick)
+            kernels.call(kern, "where_backward", dest.size, cond, g, _padded(dest, rank), beta,
+                         pick)
 
 
 def astype(x: Any, dtype: Any) -> Tensor:
@@ -191,8 +199,8 @@ def astype(x: Any, dtype: Any) -> Tensor:
         return x
     kern = x._kern
     out = buffers.take(kern, x.shape, want)
-    kernels.call(kern, "astype", out.size, x._data if x.dtype == _BOOL else contiguous(x), out,
-                 0.0)
+    data = x._data if x.dtype == _BOOL else contiguous(x)
+    kernels.call(kern, "astype", out.size, _padded(data, 1), _padded(out, 1), 0.0)
     if x.dtype == _BOOL:
         return _mask(out, kern)
     return result(out, kern, (x,), _astype_backward, (want,))
@@ -202,4 +210,4 @@ def _astype_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
     dest, beta = ctx.dest(x)
     g = gout if gout is not None else ones(x._kern, x.shape, node.saved[0])
-    kernels.call(x._kern, "astype", dest.size, g, dest, beta)
+    kernels.call(x._kern, "astype", dest.size, _padded(g, 1), _padded(dest, 1), beta)

@@ -117,7 +117,7 @@ def where_backward(cond, g, dest, beta, pick):
 
 @njit(cache=True, error_model="numpy")
 def astype(x, out, beta):
-    """out = x cast to out's dtype (+ beta * out); C-contiguous, one shape."""
+    """out = x cast to out's dtype (+ beta * out), flat arrays of one size."""
     o, xv = out.ravel(), x.ravel()
     if beta == 0:
         for k in range(o.size):
