@@ -306,3 +306,8 @@ def test_strided_inputs_are_read_as_their_values(dev):
     np.testing.assert_allclose(out.numpy(), want.detach().numpy(), **TOL)
     (want * torch.tensor(weights)).sum().backward()
     assert_grads_like_torch("strided", [x, y], [ta, tb], ng.backward(loss), **TOL)
+
+
+def test_a_rank_above_six_compares_too():
+    a = inputs([(1, 2, 1, 2, 1, 2, 2)], 8)[0]
+    np.testing.assert_array_equal((ng.tensor(a) > np.zeros((2, 1))).numpy(), a > 0)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
-from ..kernels.cpu.select import EQ, GE, GT, LE, LT, NE
+from ..kernels.cpu.select import EQ, GE, GT, LE, LT, NE, RANK
 from ..tape import Node, _Backward
 from ..tensor import _FLOATS, Tensor
 from ._common import (broadcast_shape, contiguous, describe, is_scalar, ones, operand, pair,
@@ -23,7 +23,6 @@ from ._common import (broadcast_shape, contiguous, describe, is_scalar, ones, op
 _BOOL = np.dtype(np.bool_)
 _NAMES = {LT: "lt", LE: "le", GT: "gt", GE: "ge", EQ: "eq", NE: "ne"}
 _FLIP = {LT: GT, LE: GE, GT: LT, GE: LE, EQ: EQ, NE: NE}   # s < x is x > s
-RANK = 6
 
 
 def _padded(data: Any, rank: int) -> Any:

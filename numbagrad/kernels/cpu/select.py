@@ -1,7 +1,7 @@
 """CPU kernels of the selection ops: comparisons, ``where`` and casts.
 
-Operands are C-contiguous arrays of one rank R (the op pads shapes with
-leading 1s); an input whose dim is 1 where the output's is not is
+Operands are C-contiguous arrays of one rank R >= ``RANK`` (the op pads
+shapes with leading 1s); an input whose dim is 1 where the output's is not is
 broadcast along it. ``offset`` maps an output element to an input's, and
 ``joined`` an (unbroadcast, broadcast) pair of counters to an output
 element, so ``where``'s gradient is summed one destination element at a
@@ -14,6 +14,7 @@ from numba import njit
 
 LT, LE, GT, GE, EQ, NE = range(6)
 N_COMPARE = 6
+RANK = 6    # the ops view operands at least this rank: one compile per dtype
 
 
 def compare_scalar(code, x, y):

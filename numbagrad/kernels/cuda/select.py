@@ -10,18 +10,22 @@ from __future__ import annotations
 
 from numba import cuda, float64, int64, types
 
-from ..cpu.select import N_COMPARE, compare_scalar, joined, offset
+from ..cpu.select import N_COMPARE, RANK, compare_scalar, joined, offset
 from ._core import THREADS, Config, array_type, checked_code, flat, grid, kernel, launch
 
 _compare = cuda.jit(device=True)(compare_scalar)
 _offset = cuda.jit(device=True)(offset)
 _joined = cuda.jit(device=True)(joined)
-_B2 = array_type(types.boolean, 2)
+_BN = array_type(types.boolean, RANK)
 _B1 = array_type(types.boolean, 1)
 
 
-@kernel("compare", lambda dt: (int64, array_type(dt, 2), array_type(dt, 1), array_type(dt, 2),
-                               array_type(dt, 1), _B2, _B1, dt, types.boolean))
+def _n(dt):
+    return array_type(dt, RANK)
+
+
+@kernel("compare", lambda dt: (int64, _n(dt), array_type(dt, 1), _n(dt), array_type(dt, 1), _BN,
+                               _B1, dt, types.boolean))
 def _compare_source(config: Config, dtype):
     def compare_kernel(code, a, av, b, bv, out, o, s, b_scalar):
         k = cuda.grid(1)
@@ -35,9 +39,8 @@ def _compare_source(config: Config, dtype):
     return compare_kernel
 
 
-@kernel("where", lambda dt: (_B2, _B1, array_type(dt, 2), array_type(dt, 1), array_type(dt, 2),
-                             array_type(dt, 1), array_type(dt, 2), array_type(dt, 1), dt, dt,
-                             int64))
+@kernel("where", lambda dt: (_BN, _B1, _n(dt), array_type(dt, 1), _n(dt), array_type(dt, 1),
+                             _n(dt), array_type(dt, 1), dt, dt, int64))
 def _where_source(config: Config, dtype):
     def where_kernel(cond, c, a, av, b, bv, out, o, sa, sb, mode):
         k = cuda.grid(1)
@@ -52,9 +55,8 @@ def _where_source(config: Config, dtype):
     return where_kernel
 
 
-@kernel("where_backward", lambda dt: (_B2, _B1, array_type(dt, 2), array_type(dt, 1),
-                                      array_type(dt, 2), array_type(dt, 1), float64,
-                                      types.boolean))
+@kernel("where_backward", lambda dt: (_BN, _B1, _n(dt), array_type(dt, 1), _n(dt),
+                                      array_type(dt, 1), float64, types.boolean))
 def _where_backward_source(config: Config, dtype):
     def where_backward_kernel(cond, c, g, gv, dest, d, beta, pick):
         n = d.size
