@@ -106,8 +106,10 @@ def test_workload_reaches_kernels_only_through_the_hook(monkeypatch, device):
     with kernels.observe(Spy()):
         _workload(device)
     assert not direct, f"kernels reached without kernels.call: {sorted(set(direct))}"
-    for name in ("linear", "softmax", "cross_entropy", "adam_update", "fill",
-                 "copy", "to_host"):
+    # (on the CPU a small window closes through the boundary kernel, which
+    # compile's FusedUpdate calls itself: not a device kernel)
+    for name in ("linear", "softmax", "cross_entropy", "fill", "copy", "to_host") \
+            + (("sumsq", "adam_update") if device == "cuda" else ()):
         assert name in seen, (name, sorted(set(seen)))
 
 

@@ -64,9 +64,40 @@ def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second opera
 
 
 def as2d(shape: tuple) -> tuple:
-    """The 2-D form every elementwise kernel sees: a vector is one row."""
+    """The 2-D form every elementwise kernel sees: a vector is one row, an
+    N-d (C-contiguous) array one row of all its elements."""
     n = len(shape)
-    return shape if n == 2 else ((1, shape[0]) if n == 1 else (1, 1))
+    if n == 2:
+        return shape
+    if n == 1:
+        return (1, shape[0])
+    return (1, math.prod(shape))
+
+
+def collapse(shape: tuple, *operands: tuple) -> tuple[tuple, list[tuple]]:
+    """The fewest dims that describe broadcasting C-contiguous ``operands``
+    (shapes, right-aligned as NumPy aligns them) to ``shape``: (the collapsed
+    shape, each operand's collapsed shape). Dims of size 1 are dropped and
+    adjacent dims merged where every operand is broadcast along both or
+    along neither, so ``(B, T, C) + (C,)`` is ``(B*T, C) + (1, C)``."""
+    rank = len(shape)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in operands]
+    dims: list[list] = []   # [size, which operands are broadcast along it]
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        flags = tuple(p[d] == 1 for p in padded)
+        if dims and dims[-1][1] == flags:
+            dims[-1][0] *= n
+        else:
+            dims.append([n, flags])
+    return (tuple(n for n, _ in dims),
+            [tuple(1 if f[i] else n for n, f in dims) for i in range(len(operands))])
+
+
+def padded2d(shape: tuple) -> tuple:
+    """A collapsed shape of at most 2 dims as 2 dims (leading 1s)."""
+    return (1,) * (2 - len(shape)) + shape
 
 
 def reshaped(array: Any, shape: tuple) -> Any:
@@ -83,13 +114,29 @@ def reshaped(array: Any, shape: tuple) -> Any:
     return view
 
 
+def permuted(array: Any, axes: tuple) -> Any:
+    """``array.transpose(axes)`` as a strided view on either device (a Numba
+    device array's own ``transpose`` takes 2-D arrays only); like
+    ``reshaped``, the view keeps ``array`` referenced."""
+    if isinstance(array, np.ndarray):
+        return array.transpose(axes)
+    if hasattr(array, "gpu_data"):
+        view = type(array)(tuple(array.shape[a] for a in axes),
+                           tuple(array.strides[a] for a in axes), array.dtype,
+                           gpu_data=array.gpu_data)
+    else:                                 # the CUDA simulator's arrays
+        view = array.transpose(axes)
+    view._numbagrad_base = array
+    return view
+
+
 def view2d(array: Any) -> Any:
     shape = array.shape
     return array if len(shape) == 2 else reshaped(array, as2d(shape))
 
 
 def broadcast_shape(sa: tuple, sb: tuple, op: str) -> tuple:
-    """NumPy's broadcast of two shapes of at most 2 dims, or a clear error."""
+    """NumPy's broadcast of two shapes, or a clear error."""
     if sa == sb:
         return sa
     n = max(len(sa), len(sb))
@@ -104,12 +151,53 @@ def broadcast_shape(sa: tuple, sb: tuple, op: str) -> tuple:
 
 def contiguous(t: Tensor) -> Any:
     """``t``'s data, C-contiguous (a pooled copy when it is a strided view)."""
-    data, kern = t._data, t._kern
+    return contiguous_array(t._kern, t._data)
+
+
+def contiguous_array(kern: ModuleType, data: Any) -> Any:
+    """``data`` (a device array of ``kern``) C-contiguous: itself, or a pooled copy."""
     if kern.is_c_contiguous(data):
         return data
     copy = buffers.take(kern, data.shape, data.dtype)
-    kernels.call(kern, "unary", copy.size, 0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
+    if len(data.shape) <= 2:
+        kernels.call(kern, "unary", copy.size, 0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
+    else:
+        kernels.call(kern, "expand_nd", copy.size, data, copy, 1.0, 0.0)
     return copy
+
+
+def broadcast_into(kern: ModuleType, data: Any, shape: tuple, out: Any = None,
+                   alpha: float = 1.0, beta: float = 0.0) -> Any:
+    """``data`` broadcast to ``shape`` (C-contiguous; into ``out`` with
+    ``out = alpha * data + beta * out`` when given, else a pooled array)."""
+    if out is None:
+        out = buffers.take(kern, shape, data.dtype)
+    src = reshaped(contiguous_array(kern, data), (1,) * (len(shape) - len(data.shape))
+                   + tuple(data.shape)) if len(data.shape) < len(shape) else data
+    if out.size:
+        full, (part,) = collapse(shape, src.shape)
+        if len(full) == 0:
+            full, part = (1,), (1,)
+        if kern.is_c_contiguous(src):
+            src = reshaped(src, part)
+            dst = reshaped(out, full)
+        else:
+            dst = out
+        kernels.call(kern, "expand_nd", out.size, src, dst, alpha, beta)
+    return out
+
+
+def reduce_into(kern: ModuleType, g: Any, dest: Any, scale: float, beta: float) -> None:
+    """dest = scale * (g summed to ``dest``'s shape, NumPy broadcasting in
+    reverse) + beta * dest, for a C-contiguous ``g`` of any rank."""
+    shape = tuple(g.shape)
+    full, (part,) = collapse(shape, tuple(dest.shape))
+    if len(full) <= 2:
+        kernels.call(kern, "sum_to", g.size, reshaped(g, padded2d(full)),
+                     reshaped(dest, padded2d(part)), scale, beta)
+    else:
+        kernels.call(kern, "sum_to_nd", g.size, reshaped(g, full), reshaped(dest, part),
+                     scale, beta)
 
 
 def ones(kern: ModuleType, shape: tuple, dtype: Any) -> Any:
@@ -148,6 +236,28 @@ def mean_scale(count: int) -> float:
     """1 / count, the scale of a mean: nan over nothing (the kernels' empty
     sum, 0, times nan), as PyTorch and NumPy."""
     return 1.0 / count if count else math.nan
+
+
+def axes_of(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints, negative allowed) as the
+    sorted non-negative axes of ``x`` it names; None names every axis."""
+    ndim = x.ndim
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    if not items:
+        raise ValueError(f"{op}: an empty tuple of axes reduces nothing (tensor of "
+                         f"{describe(x)})")
+    found: set[int] = set()
+    for a in items:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, (bool, np.bool_)):
+            raise TypeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{op}: axis {a} is out of range for a tensor of {describe(x)}")
+        if int(a) % ndim in found:
+            raise ValueError(f"{op}: axis {axis!r} names axis {int(a) % ndim} twice")
+        found.add(int(a) % ndim)
+    return tuple(sorted(found))
 
 
 def check_reduction(op: str, reduction: str) -> None:

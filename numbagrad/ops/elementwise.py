@@ -7,34 +7,39 @@ the destination (a param's accumulator, say a bias, included).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (as2d, broadcast_shape, is_scalar, ones, operand, pair, reshaped, result,
+from ._common import (broadcast_into, broadcast_shape, collapse, contiguous, contiguous_array,
+                      is_scalar, ones, operand, padded2d, pair, reduce_into, reshaped, result,
                       scalar_of, view2d)
 
 
 # ------------------------------------------------------------------ unary
 def _unary(code: int, x: Any, p: float, op: str) -> Tensor:
     x = operand(x, op)
-    kern, dtype = x._kern, x._data.dtype
-    out = buffers.take(kern, x._data.shape, dtype)
-    kernels.call(kern, "unary", out.size, code, view2d(x._data), view2d(out), scalar_of(dtype, p),
+    kern, xd = x._kern, x._data
+    dtype = xd.dtype
+    if len(xd.shape) > 2:     # the 2-D kernels read a (strided) matrix; N-d is one row
+        xd = contiguous(x)
+    out = buffers.take(kern, xd.shape, dtype)
+    kernels.call(kern, "unary", out.size, code, view2d(xd), view2d(out), scalar_of(dtype, p),
                  scalar_of(dtype, 1.0), scalar_of(dtype, 0.0))
-    return result(out, kern, (x,), _unary_backward, (code, p, out))
+    return result(out, kern, (x,), _unary_backward, (code, p, out, xd))
 
 
 def _unary_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
-    code, p, y = node.saved
+    code, p, y, xd = node.saved
     kern = x._kern
     if gout is None:
         gout = ones(kern, y.shape, y.dtype)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "unary_backward", y.size, code, view2d(x._data), view2d(y), view2d(gout),
+    kernels.call(kern, "unary_backward", y.size, code, view2d(xd), view2d(y), view2d(gout),
                  view2d(dest), beta, scalar_of(y.dtype, p))
 
 
@@ -114,32 +119,67 @@ def _binary(code: int, a: Any, b: Any) -> Tensor:
     shape = broadcast_shape(ad.shape, bd.shape, op)
     kern = a._kern
     out = buffers.take(kern, shape, ad.dtype)
-    kernels.call(kern, "binary", out.size, code, view2d(ad), view2d(bd), view2d(out))
-    return result(out, kern, (a, b), _binary_backward, (code, shape))
+    if len(ad.shape) <= 2 and len(bd.shape) <= 2:
+        a2, b2 = view2d(ad), view2d(bd)
+        saved = (code, shape, a2, b2, None)
+    else:
+        a2, b2, full = _nd_operands(kern, ad, bd, shape)
+        saved = (code, shape, a2, b2, full)
+    kernels.call(kern, "binary", out.size, code, a2, b2, view2d(out) if saved[4] is None
+                 else reshaped(out, saved[4]))
+    return result(out, kern, (a, b), _binary_backward, saved)
+
+
+def _nd_operands(kern: Any, ad: Any, bd: Any, shape: tuple) -> tuple[Any, Any, tuple]:
+    """N-d operands as the 2-D kernels read them: both C-contiguous and
+    collapsed to 2 dims (size-1 dims broadcasting), or, where broadcasting
+    does not collapse that far, both broadcast to ``shape`` (a copy each)
+    and read as one row; with the 2-D shape of the output."""
+    ad, bd = contiguous_array(kern, ad), contiguous_array(kern, bd)
+    full, (pa, pb) = collapse(shape, ad.shape, bd.shape)
+    if len(full) <= 2:
+        return reshaped(ad, padded2d(pa)), reshaped(bd, padded2d(pb)), padded2d(full)
+    row = (1, math.prod(shape))
+    ad = ad if tuple(ad.shape) == shape else broadcast_into(kern, ad, shape)
+    bd = bd if tuple(bd.shape) == shape else broadcast_into(kern, bd, shape)
+    return reshaped(ad, row), reshaped(bd, row), row
 
 
 def _binary_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     a, b = node.inputs
-    code, shape = node.saved
+    code, shape, a2, b2, full = node.saved
     kern = a._kern
-    a2, b2 = view2d(a._data), view2d(b._data)
     # g keeps the pooled seed referenced while only its view is used (see
     # _matmul_backward): otherwise the pool could hand it out as a destination.
     g = gout if gout is not None else ones(kern, shape, a._data.dtype)
-    g2 = view2d(g)
+    g2 = view2d(g) if full is None else reshaped(g, full)
     if a is b:   # x op x: both gradients land in one array, so one at a time
         for first in (True, False):
             dest, beta = ctx.dest(a)
-            d2 = reshaped(dest, as2d(a.shape))
-            kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, d2, beta, first, d2,
-                         beta, not first)
+            d2 = reshaped(dest, a2.shape)
+            kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, d2, beta, first,
+                         d2, beta, not first)
         return
     da, beta_a = ctx.dest(a) if a.requires_grad else (None, 0.0)
     db, beta_b = ctx.dest(b) if b.requires_grad else (None, 0.0)
+    # Operands broadcast by a copy (N-d): their gradient is summed from a
+    # full-size one afterwards.
+    sum_a = full is not None and da is not None and a2.size != a._data.size
+    sum_b = full is not None and db is not None and b2.size != b._data.size
+    ta = buffers.take(kern, a2.shape, a2.dtype) if sum_a else None
+    tb = buffers.take(kern, b2.shape, b2.dtype) if sum_b else None
     # An operand that needs no gradient passes its own data, never written.
-    kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, a2 if da is None else
-                 reshaped(da, a2.shape), beta_a, da is not None, b2 if db is None else reshaped(db,
-                 b2.shape), beta_b, db is not None)
+    wa = a2 if da is None else (ta if sum_a else reshaped(da, a2.shape))
+    wb = b2 if db is None else (tb if sum_b else reshaped(db, b2.shape))
+    kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, wa,
+                 0.0 if sum_a else beta_a, da is not None, wb, 0.0 if sum_b else beta_b,
+                 db is not None)
+    if sum_a:
+        reduce_into(kern, reshaped(ta, shape), da, scalar_of(da.dtype, 1.0),
+                    scalar_of(da.dtype, beta_a))
+    if sum_b:
+        reduce_into(kern, reshaped(tb, shape), db, scalar_of(db.dtype, 1.0),
+                    scalar_of(db.dtype, beta_b))
 
 
 def add(a: Any, b: Any) -> Tensor:

@@ -3,6 +3,7 @@ kernel; the backward hands that gradient on (scaled when the loss feeds
 further ops, say ``mse + 0.01 * reg``)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import (check_reduction, contiguous, describe, mean_scale, operand, pair,
-                      result)
+                      permuted, reshaped, result)
 
 
 def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -88,54 +89,74 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
 
 
 def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
-    """PyTorch's ``F.cross_entropy`` for (n, C) logits and integer class
-    indices ``target`` (n,): log-softmax and negative log-likelihood fused in
-    one stable kernel, whose backward is softmax minus one-hot. The mean over
-    zero rows is nan, as PyTorch.
+    """PyTorch's ``F.cross_entropy`` for logits (N, C) or (N, C, d1, ...) and
+    integer class indices ``target`` (N,) or (N, d1, ...): log-softmax and
+    negative log-likelihood fused in one stable kernel, whose backward is
+    softmax minus one-hot; the mean is over every (sample, position). The
+    mean over nothing is nan, as PyTorch.
 
     ``target`` is a NumPy integer array on either device (on "cuda" it is
     uploaded once per call) or, on "cuda", a Numba device array of integers
-    (no upload; its values are not checked on the host).
+    (no upload; its values are not checked on the host). With positions
+    (d1, ...), the classes are moved last in a copy first (and the gradient
+    moved back), as the kernel reads one row per (sample, position).
     """
     op = "cross_entropy"
     check_reduction(op, reduction)
     x = operand(logits, op, "logits")
-    if x.ndim != 2:
-        raise ValueError(f"{op}: logits must be 2-D (n, classes), got {describe(x)}")
-    n, classes = x.shape
+    if x.ndim < 2:
+        raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
+    shape = tuple(x.shape)
+    n, classes, rest = shape[0], shape[1], shape[2:]
+    positions = math.prod(rest)
     kern = x._kern
-    labels = _labels(kern, target, n, classes)
+    labels = _labels(kern, target, (n, *rest), classes)
     loss = buffers.take(kern, (), x.dtype)
-    grad = buffers.take(kern, x.shape, x.dtype)
-    kernels.call(kern, "cross_entropy", grad.size, contiguous(x), labels, loss, grad,
-                 _scale(reduction, n))
+    grad = buffers.take(kern, shape, x.dtype)
+    scale = _scale(reduction, n * positions)
+    if not rest:
+        kernels.call(kern, "cross_entropy", grad.size, contiguous(x), labels, loss, grad, scale)
+        return result(loss, kern, (x,), _loss_backward, (grad,))
+    lanes3 = (n, classes, positions)
+    rows = buffers.take(kern, (n, positions, classes), x.dtype)
+    kernels.call(kern, "expand_nd", rows.size, permuted(reshaped(contiguous(x), lanes3),
+                                                         (0, 2, 1)), rows, 1.0, 0.0)
+    grad_rows = buffers.take(kern, (n, positions, classes), x.dtype)
+    two = (n * positions, classes)
+    kernels.call(kern, "cross_entropy", grad.size, reshaped(rows, two),
+                 reshaped(labels, (n * positions,)), loss, reshaped(grad_rows, two), scale)
+    kernels.call(kern, "expand_nd", grad.size, permuted(grad_rows, (0, 2, 1)),
+                 reshaped(grad, lanes3), 1.0, 0.0)
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 
-def _labels(kern: Any, target: Any, n: int, classes: int) -> Any:
-    """Class indices as an int64 array on ``kern``'s device, checked first."""
+def _labels(kern: Any, target: Any, shape: tuple, classes: int) -> Any:
+    """Class indices of ``shape`` as an int64 array on ``kern``'s device, checked first."""
     op = "cross_entropy"
     if isinstance(target, Tensor):
         raise TypeError(f"{op}: target must be integer class indices (a NumPy integer "
                         f"array), got a {target.dtype} Tensor")
     if kern.name != "cpu" and kern.is_device_array(target):
-        if target.dtype.kind not in "iu" or target.shape != (n,):
-            raise ValueError(f"{op}: device target must be integers of shape ({n},), got "
+        if target.dtype.kind not in "iu" or tuple(target.shape) != shape:
+            raise ValueError(f"{op}: device target must be integers of shape {shape}, got "
                              f"{target.dtype} of shape {target.shape}")
         return target
     host = np.asarray(target)
     if host.dtype.kind not in "iu":
         raise TypeError(f"{op}: target must be integer class indices, got dtype {host.dtype}")
-    if host.shape != (n,):
-        raise ValueError(f"{op}: target has shape {host.shape} but logits have {n} rows; "
-                         f"expected ({n},)")
-    bad = first_bad_label(host, classes)
+    if host.shape != shape:
+        raise ValueError(f"{op}: target has shape {host.shape} but logits of shape "
+                         f"{(shape[0], classes, *shape[1:])} need {shape}")
+    bad = first_bad_label(host.reshape(-1), classes)
     if bad >= 0:
-        raise ValueError(f"{op}: target[{bad}] is class {host[bad]}, outside [0, {classes}) "
-                         f"for logits of shape ({n}, {classes})")
+        where = np.unravel_index(bad, shape)
+        where = where[0] if len(shape) == 1 else tuple(int(i) for i in where)
+        raise ValueError(f"{op}: target[{where}] is class {host.reshape(-1)[bad]}, outside "
+                         f"[0, {classes}) for logits of shape "
+                         f"{(shape[0], classes, *shape[1:])}")
     if kern.name == "cpu":
         return host if host.dtype == np.int64 and host.flags.c_contiguous else _as_int64(host)
-    labels = buffers.take(kern, (n,), np.int64)
+    labels = buffers.take(kern, shape, np.int64)
     kernels.call(kern, "upload", 0, host if host.dtype == np.int64 else _as_int64(host), labels)
     return labels
 

@@ -1,67 +1,52 @@
 """Reductions (sum, mean) and the softmax family, each forward beside its backward."""
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import numpy as np
 
 from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (as2d, describe, mean_scale, ones, operand, reshaped, result, scalar_of,
-                      view2d)
-
-
-def _axis(x: Tensor, axis: Any, op: str) -> int | None:
-    """``axis`` normalised to None (every axis) or a non-negative int."""
-    ndim = x.ndim
-    if axis is None:
-        return None
-    if isinstance(axis, tuple):
-        axes = sorted({_axis(x, a, op) for a in axis})
-        return None if len(axes) == ndim else (axes[0] if axes else _no_axes(op, x))
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        raise TypeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r}")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{op}: axis {axis} is out of range for a tensor of {describe(x)}")
-    axis %= ndim
-    return None if ndim == 1 else axis
-
-
-def _no_axes(op: str, x: Tensor):
-    raise ValueError(f"{op}: an empty tuple of axes reduces nothing (tensor of {describe(x)})")
+from ._common import (axes_of, broadcast_into, contiguous, describe, mean_scale, ones, operand,
+                      padded2d, permuted, reduce_into, reshaped, result, scalar_of, view2d)
 
 
 def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     x = operand(x, op)
-    ax = _axis(x, axis, op)
-    shape = x._data.shape
-    r, c = as2d(shape)
-    if ax is None:
-        out2 = (1, 1)
-        out_shape = (1,) * len(shape) if keepdims else ()
-    elif ax == 0:
-        out2 = (1, c)
-        out_shape = (1, c) if keepdims else (c,)
-    else:
-        out2 = (r, 1)
-        out_shape = (r, 1) if keepdims else (r,)
-    count = r * c if ax is None else (r if ax == 0 else c)   # elements per output
+    axes = axes_of(x, axis, op)
+    shape = tuple(x._data.shape)
+    keep = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    out_shape = keep if keepdims else tuple(n for d, n in enumerate(shape) if d not in axes)
+    count = math.prod(shape[d] for d in axes)     # elements per output
     scale = mean_scale(count) if mean else 1.0
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
-    kernels.call(kern, "sum_to", x._data.size, view2d(x._data), reshaped(out, out2),
-                 scalar_of(dtype, scale), scalar_of(dtype, 0.0))
-    return result(out, kern, (x,), _reduce_backward, (out2, scale))
+    s, zero = scalar_of(dtype, scale), scalar_of(dtype, 0.0)
+    if len(shape) <= 2:    # the 2-D kernel reads x through its strides
+        keep2 = padded2d(keep)
+        kernels.call(kern, "sum_to", x._data.size, view2d(x._data), reshaped(out, keep2), s,
+                     zero)
+    else:
+        reduce_into(kern, contiguous(x), reshaped(out, keep), s, zero)
+    return result(out, kern, (x,), _reduce_backward, (keep, scale))
 
 
 def _reduce_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
-    out2, scale = node.saved
+    keep, scale = node.saved
     kern, dtype = x._kern, x._data.dtype
-    g2 = ones(kern, out2, dtype) if gout is None else reshaped(gout, out2)
+    g = ones(kern, keep, dtype) if gout is None else reshaped(gout, keep)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "unary", dest.size, codes.IDENT, g2, view2d(dest), scalar_of(dtype, 0.0),
-                 scalar_of(dtype, scale), scalar_of(dtype, beta))
+    if len(keep) <= 2:
+        kernels.call(kern, "unary", dest.size, codes.IDENT, reshaped(g, padded2d(keep)),
+                     view2d(dest), scalar_of(dtype, 0.0), scalar_of(dtype, scale),
+                     scalar_of(dtype, beta))
+    else:
+        broadcast_into(kern, g, tuple(dest.shape), dest, scalar_of(dtype, scale),
+                       scalar_of(dtype, beta))
 
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -79,25 +64,62 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 def _softmax(x: Any, axis: int, log: bool, op: str) -> Tensor:
     x = operand(x, op)
     if x.ndim == 0:
-        raise ValueError(f"{op}: needs a 1-D or 2-D tensor, got {describe(x)}")
-    if not isinstance(axis, int) or isinstance(axis, bool) or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"{op}: needs a tensor of at least 1 dim, got {describe(x)}")
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool) \
+            or not -x.ndim <= axis < x.ndim:
         raise ValueError(f"{op}: axis {axis!r} is out of range for a tensor of {describe(x)}")
-    ax = 1 if x.ndim == 1 else axis % 2
-    kern = x._kern
-    out = buffers.take(kern, x._data.shape, x._data.dtype)
-    kernels.call(kern, "softmax", out.size, view2d(x._data), view2d(out), ax, log)
-    return result(out, kern, (x,), _softmax_backward, (out, ax, log))
+    kern, shape = x._kern, tuple(x._data.shape)
+    out = buffers.take(kern, shape, x._data.dtype)
+    if x.ndim <= 2:
+        ax = 1 if x.ndim == 1 else int(axis) % 2
+        kernels.call(kern, "softmax", out.size, view2d(x._data), view2d(out), ax, log)
+        return result(out, kern, (x,), _softmax_backward, (out, ax, log, None))
+    # N-d: lanes along `axis` of the (before, length, after) view
+    axis = int(axis) % x.ndim
+    lanes3 = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]))
+    xd = contiguous(x)
+    if lanes3[2] == 1 or lanes3[0] == 1:
+        ax = 1 if lanes3[2] == 1 else 0
+        two = lanes3[:2] if ax == 1 else lanes3[1:]
+        kernels.call(kern, "softmax", out.size, reshaped(xd, two), reshaped(out, two), ax, log)
+        return result(out, kern, (x,), _softmax_backward, (out, ax, log, two))
+    # lanes strided in memory: softmax a copy with the axis last, then copy back
+    moved = (lanes3[0], lanes3[2], lanes3[1])
+    xt = buffers.take(kern, moved, xd.dtype)
+    kernels.call(kern, "expand_nd", xt.size, permuted(reshaped(xd, lanes3), (0, 2, 1)), xt,
+                 1.0, 0.0)
+    yt = buffers.take(kern, moved, xd.dtype)
+    rows = (moved[0] * moved[1], moved[2])
+    kernels.call(kern, "softmax", yt.size, reshaped(xt, rows), reshaped(yt, rows), 1, log)
+    kernels.call(kern, "expand_nd", out.size, permuted(yt, (0, 2, 1)), reshaped(out, lanes3),
+                 1.0, 0.0)
+    return result(out, kern, (x,), _softmax_backward, (yt, 1, log, lanes3))
 
 
 def _softmax_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
-    y, ax, log = node.saved
+    y, ax, log, view = node.saved
     kern = x._kern
-    if gout is None:
-        gout = ones(kern, y.shape, y.dtype)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "softmax_backward", y.size, view2d(y), view2d(gout), view2d(dest), beta, ax,
-                 log)
+    if view is None or len(view) == 2:
+        if gout is None:
+            gout = ones(kern, y.shape, y.dtype)
+        two = (lambda a: view2d(a)) if view is None else (lambda a: reshaped(a, view))
+        kernels.call(kern, "softmax_backward", y.size, two(y), two(gout), two(dest), beta, ax,
+                     log)
+        return
+    # the lanes-last copy: y there, g moved there, dx computed there and moved back
+    moved = tuple(y.shape)
+    rows = (moved[0] * moved[1], moved[2])
+    g = ones(kern, x.shape, y.dtype) if gout is None else gout
+    gt = buffers.take(kern, moved, y.dtype)
+    kernels.call(kern, "expand_nd", gt.size, permuted(reshaped(g, view), (0, 2, 1)), gt, 1.0,
+                 0.0)
+    dt = buffers.take(kern, moved, y.dtype)
+    kernels.call(kern, "softmax_backward", y.size, reshaped(y, rows), reshaped(gt, rows),
+                 reshaped(dt, rows), 0.0, 1, log)
+    kernels.call(kern, "expand_nd", dest.size, permuted(dt, (0, 2, 1)), reshaped(dest, view),
+                 1.0, beta)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
