@@ -27,6 +27,7 @@ from .matmul import gemm, linear  # noqa: F401
 from .matmul import bgemm  # noqa: F401
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
+from .select import astype, compare, where, where_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names
 from .. import table as _table
@@ -72,3 +73,4 @@ KERNELS = _table(globals(), (
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
     "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
 KERNELS.update(_table(globals(), ("bgemm",)))
+KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))

@@ -29,6 +29,7 @@ from .optim import *  # noqa: F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward
+from .select import astype, compare, where, where_backward  # noqa: F401
 
 name = "cuda"
 
@@ -39,3 +40,4 @@ KERNELS = _table(globals(), (
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
     "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
 KERNELS.update(_table(globals(), ("bgemm",)))
+KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
