@@ -24,7 +24,28 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # accumulator one of its inputs reads defers that param's gradient (see
 # ``tape.run_backward``), so the wrapper is read as it was.
 _handed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_wrappers: weakref.WeakSet = weakref.WeakSet()
+
+
+class _WeakIdSet:
+    """A weak set of tensors by identity: a WeakSet would compare its
+    members with ``==``, which on tensors is elementwise."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def add(self, t: Tensor) -> None:
+        self._by_id[id(t)] = t
+
+    def __contains__(self, t: object) -> bool:
+        return self._by_id.get(id(t)) is t
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+_wrappers = _WeakIdSet()
 
 
 class _Seen:
@@ -49,6 +70,8 @@ class Tensor:
                  "_acc", "_live", "_owner", "_pool", "__weakref__")
     # NumPy defers to a Tensor's reflected operators and __array_ufunc__.
     __array_priority__ = 1000
+    # == is elementwise (the op table's ``eq``); tensors hash by identity
+    __hash__ = object.__hash__
 
     def __init__(self, data: Any, kern: ModuleType, requires_grad: bool = False,
                  node: Any = None) -> None:
@@ -114,6 +137,14 @@ class Tensor:
     def __float__(self) -> float:
         return self.item()
 
+    def __bool__(self) -> bool:
+        """The truth of a one-element tensor (``if (x > 0):``), as PyTorch and
+        NumPy; more elements are ambiguous (use ``.numpy().any()``/``all()``)."""
+        if self.size != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self.shape} is "
+                             "ambiguous; use t.numpy().any() or t.numpy().all()")
+        return bool(self.numpy().reshape(-1)[0])
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         host = self.data if self._kern.name == "cpu" else self.numpy()
         if dtype is not None:
@@ -172,7 +203,8 @@ class Tensor:
     @property
     def T(self) -> Tensor:
         """Every dim reversed, as NumPy's ``.T`` (a 2-D tensor's transpose;
-        vectors and 0-d: the tensor itself); see ``ng.permute`` for views."""
+        vectors and 0-d tensors are returned as they are); a view where
+        ``ng.permute``'s result is one."""
         return ops.shape._reversed_dims(self)
 
     @property
@@ -190,6 +222,11 @@ class Tensor:
             raise TypeError(f"numpy.{ufunc.__name__} ({method}) is not differentiable on a "
                             f"numbagrad Tensor; use {alt}")
         return op(*inputs)
+
+    def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        """NumPy functions on tensors run the ng op (recorded on the tape) or
+        raise a TypeError naming the ng alternative: see ``ops/numpy_api.py``."""
+        return _numpy_api.dispatch(func, args, kwargs)
 
     def to(self, device: str) -> Tensor:
         """This tensor on ``device``: itself if already there, else a copy.
@@ -370,9 +407,12 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
         raise type(exc)(f"{what}: {exc}") from None
 
 
-_UFUNC_HINTS = {"maximum": "ng.relu (max with 0)", "power": "x ** p",
-                "square": "x * x or x ** 2", "absolute": "ng.sqrt(x * x)"}
+_UFUNC_HINTS = {"maximum": "ng.relu (max with 0) or ng.where(a > b, a, b)", "power": "x ** p",
+                "minimum": "ng.where(a < b, a, b)", "square": "x * x or x ** 2",
+                "absolute": "ng.sqrt(x * x)", "isnan": "x != x (a boolean tensor)",
+                "logical_not": "the opposite comparison (x <= 0 for not x > 0)"}
 
 # ops and tape build on Tensor, so they are imported once it exists.
 from . import interop, ops, tape  # noqa: E402
+from .ops import numpy_api as _numpy_api  # noqa: E402
 

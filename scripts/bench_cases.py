@@ -21,9 +21,10 @@ CASES = {
     "mlp-small": {"kind": "mlp", "layers": (64, 64, 10), "batch": 32},
     "mlp-large": {"kind": "mlp", "layers": (784, 1024, 1024, 10), "batch": 256,
                   "stall_check": True},
+    "bmm": {"kind": "bmm", "shape": (48, 64, 32, 64)},        # (batch, n, k, m)
 }
-MLP_ROW = ("float32", "adam")        # the one (dtype, optimizer) an MLP case runs
-QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large"]
+MLP_ROW = ("float32", "adam")        # the one (dtype, optimizer) an MLP or bmm case runs
+QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large", "bmm"]
 QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps to a few minutes on two cores:
 QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 
@@ -34,6 +35,9 @@ def describe(case: str) -> str:
     if c["kind"] == "linear":
         d_out, d_in, batch = c["shape"]
         return f"linear {d_out}x{d_in} (d_out x d_in), batch {batch}, MSE"
+    if c["kind"] == "bmm":
+        b, n, k, m = c["shape"]
+        return f"bmm ({b}, {n}, {k}) @ ({b}, {k}, {m}), both learned, MSE"
     return (f"MLP {'-'.join(map(str, c['layers']))}, batch {c['batch']}, ReLU, "
             f"cross-entropy")
 
@@ -44,12 +48,15 @@ def short_size(case: str) -> str:
     if c["kind"] == "linear":
         d_out, d_in, batch = c["shape"]
         return f"{d_out}x{d_in} b{batch}"
+    if c["kind"] == "bmm":
+        b, n, k, m = c["shape"]
+        return f"bmm {b}x{n}x{k}x{m}"
     return f"{'-'.join(map(str, c['layers']))} b{c['batch']}"
 
 
 def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[str, str]]:
-    """The (dtype, optimizer) rows a case runs: an MLP case runs ``MLP_ROW`` only."""
-    if CASES[case]["kind"] == "mlp":
+    """The (dtype, optimizer) rows a case runs: an MLP or bmm case runs ``MLP_ROW`` only."""
+    if CASES[case]["kind"] in ("mlp", "bmm"):
         return [MLP_ROW]
     if quick and case in QUICK_FLOAT32_ONLY:
         dtypes = [d for d in dtypes if d == "float32"] or dtypes

@@ -70,10 +70,23 @@ def mlp_problem(case: str, dtype) -> tuple[list[np.ndarray], np.ndarray, np.ndar
     return params, x, labels
 
 
+def bmm_problem(case: str, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A bmm case's learned A (batch, n, k) and B (batch, k, m), and the
+    target Y (batch, n, m) of the MSE of A @ B."""
+    batch, n, k, m = CASES[case]["shape"]
+    rng = np.random.default_rng(0)
+    A = (rng.normal(size=(batch, n, k)) / np.sqrt(k)).astype(dtype)
+    B = rng.normal(size=(batch, k, m)).astype(dtype)
+    Y = rng.normal(size=(batch, n, m)).astype(dtype)
+    return A, B, Y
+
+
 def initial_weights(case: str, dtype) -> list[np.ndarray]:
     """Every peer's starting weights, in the order ``.weights()`` returns them."""
     if CASES[case]["kind"] == "linear":
         return [problem(case, dtype)[0]]
+    if CASES[case]["kind"] == "bmm":
+        return list(bmm_problem(case, dtype)[:2])
     return mlp_problem(case, dtype)[0]
 
 
@@ -98,6 +111,15 @@ def _ng_setup(case, dtype, opt_kind, device):
         def loss_fn(x, y):
             return mse_loss(matmul(W, x), y)
         return loss_fn, (X, Y), optimizer([W]), lambda: [W.numpy()]
+    if CASES[case]["kind"] == "bmm":
+        a0, b0, y0 = bmm_problem(case, dtype)
+        A, B = ng.param(a0, device=device), ng.param(b0, device=device)
+        matmul, mse_loss = ng.matmul, ng.mse_loss
+
+        def loss_fn(y):
+            return mse_loss(matmul(A, B), y)
+        return (loss_fn, (ng.tensor(y0, device=device),), optimizer([A, B]),
+                lambda: [A.numpy(), B.numpy()])
 
     params, x0, labels = mlp_problem(case, dtype)
     nn, layers, names = ng.nn, [], []
@@ -125,12 +147,12 @@ def _ng_setup(case, dtype, opt_kind, device):
 def numbagrad_step(case, dtype, opt_kind, device) -> Callable[[], None]:
     """ng ops recorded on ``ng.grad_tape()``, ``loss.backward()``, ``opt.step()``."""
     import numbagrad as ng
-    loss_fn, (a, b), opt, weights = _ng_setup(case, dtype, opt_kind, device)
+    loss_fn, data, opt, weights = _ng_setup(case, dtype, opt_kind, device)
     tape = ng.grad_tape
 
     def micro_step():
         with tape():
-            loss = loss_fn(a, b)
+            loss = loss_fn(*data)
         loss.backward()
         opt.step()
     micro_step.weights = weights
@@ -141,11 +163,11 @@ def compiled_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     """``step = ng.compile(loss_fn, optimizer=opt)``; ``step(x, y)`` runs the
     forward, backward and ``opt.step()``."""
     import numbagrad as ng
-    loss_fn, (a, b), opt, weights = _ng_setup(case, dtype, opt_kind, device)
+    loss_fn, data, opt, weights = _ng_setup(case, dtype, opt_kind, device)
     step = ng.compile(loss_fn, optimizer=opt)
 
     def micro_step():
-        step(a, b)
+        step(*data)
     micro_step.weights = weights
     return micro_step
 
@@ -193,6 +215,8 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
     also for ``--device cuda``)."""
     if CASES[case]["kind"] == "mlp":
         return numpy_mlp_step(case, dtype, opt_kind)
+    if CASES[case]["kind"] == "bmm":
+        return numpy_bmm_step(case, dtype, opt_kind)
     W, X, Y = problem(case, dtype)
     P, G, T = np.empty_like(Y), np.zeros_like(W), np.empty_like(W)
     opt = _NumpyOptimizer(W.reshape(-1), G.reshape(-1), opt_kind)
@@ -207,6 +231,32 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
         np.add(G, T, out=G)
         opt.step()
     micro_step.weights = lambda: [W.copy()]
+    return micro_step
+
+
+def numpy_bmm_step(case, dtype, opt_kind) -> Callable[[], None]:
+    """Hand-written bmm: A and B are views of one flat weight array, their
+    gradients of one flat gradient array; every buffer is made once."""
+    a0, b0, Y = bmm_problem(case, dtype)
+    flat_w = np.concatenate([a0.ravel(), b0.ravel()])
+    flat_g = np.zeros_like(flat_w)
+    A, B = flat_w[:a0.size].reshape(a0.shape), flat_w[a0.size:].reshape(b0.shape)
+    gA, gB = flat_g[:a0.size].reshape(a0.shape), flat_g[a0.size:].reshape(b0.shape)
+    P, tA, tB = np.empty_like(Y), np.empty_like(A), np.empty_like(B)
+    opt = _NumpyOptimizer(flat_w, flat_g, opt_kind)
+    c = 2.0 / Y.size
+
+    def micro_step():
+        np.matmul(A, B, out=P)
+        np.subtract(P, Y, out=P)                 # residual
+        loss = np.vdot(P, P) / P.size            # noqa: F841 (computed, as a step must)
+        np.multiply(P, c, out=P)                 # d loss / d (A @ B)
+        np.matmul(P, B.transpose(0, 2, 1), out=tA)
+        np.add(gA, tA, out=gA)
+        np.matmul(A.transpose(0, 2, 1), P, out=tB)
+        np.add(gB, tB, out=gB)
+        opt.step()
+    micro_step.weights = lambda: [A.copy(), B.copy()]
     return micro_step
 
 
@@ -284,6 +334,16 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
 
         def loss_fn(x, y):
             return mse(W @ x, y)
+        data = (a, b)
+    elif CASES[case]["kind"] == "bmm":
+        a0, b0, y0 = bmm_problem(case, dtype)
+        A = torch.tensor(a0, device=dev, requires_grad=True)
+        B = torch.tensor(b0, device=dev, requires_grad=True)
+        params, data = [A, B], (torch.tensor(y0, device=dev),)
+        mse = torch.nn.functional.mse_loss
+
+        def loss_fn(y):
+            return mse(A @ B, y)
     else:
         ws, x0, labels = mlp_problem(case, dtype)
         layers = []
@@ -303,6 +363,7 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
 
         def loss_fn(x, y):
             return ce(model(x), y)
+        data = (a, b)
     if compiled:
         loss_fn = torch.compile(loss_fn)
     if opt_kind == "sgd":
@@ -312,7 +373,7 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
     state = {"pos": 0}
 
     def micro_step():
-        (loss_fn(a, b) / K).backward()
+        (loss_fn(*data) / K).backward()
         state["pos"] += 1
         if state["pos"] == K:
             state["pos"] = 0
@@ -346,6 +407,12 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
 
         def loss_fn(p, x, y):
             return jnp.mean((p[0] @ x - y) ** 2)
+    elif CASES[case]["kind"] == "bmm":
+        a0, b0, y0 = bmm_problem(case, dtype)
+        params, x0 = [a0, b0], None
+
+        def loss_fn(p, x, y):
+            return jnp.mean((p[0] @ p[1] - y) ** 2)
     else:
         params, x0, y0 = mlp_problem(case, dtype)
 
@@ -361,7 +428,7 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     tx = optax.MultiSteps(base, every_k_schedule=K, accumulator_dtype=np.dtype(dtype))
     put = lambda a: jax.device_put(a, dev)
     p = [put(w) for w in params]
-    x, y = put(x0), put(y0)
+    x, y = (None if x0 is None else put(x0)), put(y0)
     value_and_grad = jax.value_and_grad(loss_fn)
 
     def step(p, s, x, y):
@@ -391,6 +458,11 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
         W, X, _ = problem(case, dtype)
         P, G = np.empty((W.shape[0], X.shape[1]), dtype), np.empty_like(W)
         return [(W, X, P), (P, X.T, G)]
+    if CASES[case]["kind"] == "bmm":          # per slice: A @ B, dA = G @ B^T, dB = A^T @ G
+        A, B, Y = bmm_problem(case, dtype)
+        P, gA, gB = np.empty_like(Y), np.empty_like(A), np.empty_like(B)
+        return [g for i in range(len(A))
+                for g in ((A[i], B[i], P[i]), (P[i], B[i].T, gA[i]), (A[i].T, P[i], gB[i]))]
     sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
     Ws = [rand(o, i) for i, o in itertools.pairwise(sizes)]
     acts = [rand(batch, s) for s in sizes]

@@ -322,3 +322,19 @@ def test_numpy_functions_never_silently_leave_the_graph():
     with pytest.raises(TypeError, match="numpy.sin"):
         np.sin(W)
     np.testing.assert_array_equal(np.asarray(W), [[0.5, -1.0]])   # still gives the data
+
+
+def test_a_failed_selection_records_nothing_and_changes_no_gradient():
+    W = ng.param(np.array([[0.5, -1.0]]))
+    with ng.grad_tape():
+        loss = (W * 2.0).sum()
+        with pytest.raises(TypeError, match="add: a boolean tensor .*mask.astype"):
+            (W > 0) + 1.0
+        with pytest.raises(ValueError, match=r"where: shapes \(1, 2\) and \(3,\)"):
+            ng.where(W > 0, W, ng.tensor(np.ones(3)))
+        with pytest.raises(TypeError, match="numpy.max .* would leave the graph"):
+            np.max(W)
+        with pytest.raises(TypeError, match=r"numpy.isnan .* use x != x"):
+            np.isnan(W)
+    loss.backward()
+    np.testing.assert_array_equal(W.grad, np.full((1, 2), 2.0))

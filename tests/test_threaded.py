@@ -168,25 +168,33 @@ def test_float32_loss_gradients_are_float32_arithmetic():
 
 def test_cuda_module_has_the_same_names():
     for name in TWINS:
-        assert getattr(cuda, name + "_mt") is getattr(cuda, name)
+        serial, threaded = cuda.KERNELS[name]
+        assert threaded == serial and serial[0] is getattr(cuda, name)
+        assert cpu.KERNELS[name][1] == (getattr(cpu, name + "_mt"), name + "_mt")
         assert isinstance(getattr(cpu, name + "_mt"), numba.core.registry.CPUDispatcher)
     assert cuda.MT_MIN > 2 ** 62
 
 
 # ---------------------------------------------------------------- op layer
 @pytest.fixture
-def spy(monkeypatch):
-    """Records which of each twin the op layer called (name, threaded)."""
+def spy():
+    """Records which of each twin the op layer called (name, threaded), as
+    ``kernels.call`` reports it."""
     calls = []
-    for name in TWINS:
-        for suffix in ("", "_mt"):
-            fn = getattr(cpu, name + suffix)
 
-            def wrapper(*args, _fn=fn, _key=(name, suffix == "_mt")):
-                calls.append(_key)
-                return _fn(*args)
-            monkeypatch.setattr(cpu, name + suffix, wrapper)
-    return calls
+    class Spy:
+        def kernel(self, fn, name, args):
+            base = name.removesuffix("_mt")
+            if base in TWINS:
+                calls.append((base, name != base))
+
+        def allocated(self, array): ...
+        def temp(self, kern, shape, dtype): return None
+        def host_read(self): ...
+        def host_copy(self, copy, source): ...
+
+    with ng.kernels.observe(Spy()):
+        yield calls
 
 
 def mlp_run(dtype=np.float32, steps=2):

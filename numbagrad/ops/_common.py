@@ -22,10 +22,19 @@ def describe(t: Tensor) -> str:
     return f"shape {t.shape}, {t.dtype}, on {t.device}"
 
 
+def refuse_bool(t: Tensor, op: str) -> Tensor:
+    """``t``, unless it is a boolean tensor (a comparison's mask), which no
+    arithmetic takes: a TypeError that says how to make it a float mask."""
+    if t._data.dtype == np.bool_:
+        raise TypeError(f"{op}: a boolean tensor ({describe(t)}) cannot be used in arithmetic; "
+                        "make it a float mask with mask.astype(np.float32) (or np.float64)")
+    return t
+
+
 def operand(x: Any, op: str, what: str = "input") -> Tensor:
     """One operand as a Tensor (host data is copied for "cpu" only)."""
     if type(x) is Tensor:
-        return x
+        return refuse_bool(x, op)
     return coerce(x, kernels.get("cpu"), f"{op}: {what}")
 
 
@@ -33,7 +42,7 @@ def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second opera
          ) -> tuple[Tensor, Tensor]:
     """Both operands as tensors on one device with one dtype."""
     if type(a) is Tensor and type(b) is Tensor and a._kern is b._kern \
-            and a._data.dtype == b._data.dtype:
+            and a._data.dtype == b._data.dtype != np.bool_:
         return a, b
     if isinstance(a, Tensor):
         b = coerce(b, a._kern, f"{op}: {names[1]}")
@@ -41,6 +50,8 @@ def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second opera
         if not isinstance(b, Tensor):
             b = coerce(b, kernels.get("cpu"), f"{op}: {names[1]}")
         a = coerce(a, b._kern, f"{op}: {names[0]}")
+    refuse_bool(a, op)
+    refuse_bool(b, op)
     if a._kern is not b._kern:
         raise ValueError(f"{op}: operands are on different devices: {names[0]} on "
                          f"{a.device} (shape {a.shape}), {names[1]} on {b.device} "
@@ -225,6 +236,28 @@ def mean_scale(count: int) -> float:
     """1 / count, the scale of a mean: nan over nothing (the kernels' empty
     sum, 0, times nan), as PyTorch and NumPy."""
     return 1.0 / count if count else math.nan
+
+
+def axes_of(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints, negative allowed) as the
+    sorted non-negative axes of ``x`` it names; None names every axis."""
+    ndim = x.ndim
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    if not items:
+        raise ValueError(f"{op}: an empty tuple of axes reduces nothing (tensor of "
+                         f"{describe(x)})")
+    found: set[int] = set()
+    for a in items:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, (bool, np.bool_)):
+            raise TypeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{op}: axis {a} is out of range for a tensor of {describe(x)}")
+        if int(a) % ndim in found:
+            raise ValueError(f"{op}: axis {axis!r} names axis {int(a) % ndim} twice")
+        found.add(int(a) % ndim)
+    return tuple(sorted(found))
 
 
 def check_reduction(op: str, reduction: str) -> None:

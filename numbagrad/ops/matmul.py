@@ -1,7 +1,10 @@
 """Matrix products: ``matmul`` and ``linear``, each forward beside its backward.
 
-A transposed operand (``x.T``) is a strided view; the GEMM reads its
-C-contiguous base through a transpose flag instead of copying it.
+A transposed operand (``x.T``, or an N-d view with its last two dims
+swapped) is a strided view; the GEMM reads its C-contiguous base through a
+transpose flag instead of copying it. Stacks of matrices run as one batched
+GEMM (``bgemm``) whose products may read a broadcast operand's slices many
+times and whose gradients add those products up in place.
 """
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import contiguous, describe, is_scalar, ones, pair, reshaped, result, scalar_of
+from ._common import (broadcast_into, contiguous, describe, is_scalar, ones, pair, permuted,
+                      reduce_into, reshaped, result, scalar_of)
 
 
 def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
@@ -24,15 +28,30 @@ def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
     return contiguous(t), False
 
 
-def _as_matrix(array: Any, shape2: tuple) -> Any:
-    """A vector (or 0-d) array as the matrix ``shape2``; a matrix (maybe the
-    base of a transposed operand, read through its flag) as it is."""
-    return array if len(array.shape) == 2 else reshaped(array, shape2)
+def _as_matrix(array: Any, shape2: tuple, transposed: bool = False) -> Any:
+    """``array`` (a vector, a matrix or a stack of matrices) as the matrix
+    ``shape2``; the base of a transposed operand, read through its flag, as
+    it is."""
+    return array if transposed or array.shape == shape2 else reshaped(array, shape2)
 
 
 # ------------------------------------------------------------------ matmul
 def matmul(a: Any, b: Any) -> Tensor:
-    """``a @ b`` for 1-D and 2-D operands, with NumPy's shape rules."""
+    """``a @ b`` with NumPy's (and PyTorch's) ``matmul`` rules: a 1-D
+    operand is a row (first) or a column (second) that is dropped from the
+    result; operands of 3 or more dims are stacks of matrices whose batch
+    dims broadcast, ``(B, 1, n, k) @ (H, k, m)`` -> ``(B, H, n, m)``. Never a
+    view. A view whose last two dims are swapped (a transpose) is read
+    through the GEMM's transpose flag, not copied; ``(..., n, k) @ (k, m)``
+    with a contiguous or copied first operand is one 2-D GEMM of its rows.
+    The backward writes each gradient straight into its destination, a
+    broadcast operand's summed over the batch there.
+
+    Stacks run as one ``bgemm`` per forward and per gradient (on CUDA one
+    launch each), except when an operand's unbroadcast batch dims are not
+    adjacent, e.g. ``(B, 1, C, n, k) @ (1, H, 1, k, m)``: that operand is first
+    expanded to the full batch (one more kernel each way).
+    """
     # The common case, two C-contiguous matrices of one device and dtype,
     # skips the general checks.
     if type(a) is Tensor and type(b) is Tensor:
@@ -49,29 +68,142 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 def _matmul_checked(a: Any, b: Any) -> Tensor:
     a, b = pair(a, b, "matmul")
-    sa, sb = a._data.shape, b._data.shape
-    if len(sa) == 2 and len(sb) == 2:
-        a2, b2, out_shape = sa, sb, (sa[0], sb[1])
-    elif len(sa) in (1, 2) and len(sb) in (1, 2):
-        a2 = sa if len(sa) == 2 else (1, sa[0])
-        b2 = sb if len(sb) == 2 else (sb[0], 1)
-        out_shape = (a2[0],) * (len(sa) == 2) + (b2[1],) * (len(sb) == 2)
-    else:
-        raise ValueError(f"matmul: operands must be 1-D or 2-D, got shapes {sa} and {sb}")
-    if a2[1] != b2[0]:
-        raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned: "
-                         f"{a2[1]} (last dim of first) != {b2[0]} (first dim of second)")
+    sa, sb = a.shape, b.shape
+    if len(sa) == 0 or len(sb) == 0:
+        raise ValueError(f"matmul: operands must have at least 1 dim, got {describe(a)} and "
+                         f"{describe(b)}")
+    pa = sa if len(sa) >= 2 else (1,) + sa          # a vector: one row
+    pb = sb if len(sb) >= 2 else sb + (1,)          # a vector: one column
+    if pa[-1] != pb[-2]:
+        raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned: {pa[-1]} (last dim "
+                         f"of first) != {pb[-2]} (second-to-last dim of second); operands "
+                         f"{describe(a)} and {describe(b)}")
+    batch = () if len(pa) == 2 and len(pb) == 2 else _batch_shape(a, b, pa[:-2], pb[:-2])
+    out_shape = batch + (pa[-2],) * (len(sa) >= 2) + (pb[-1],) * (len(sb) >= 2)
+    if len(pb) > 2 or (len(pa) > 2 and _swapped(a) is not None):
+        return _bmm(a, b, pa, pb, batch, out_shape)
+    # (..., n, k) @ (k, m): one GEMM of (... * n, k) @ (k, m)
+    a2 = pa if len(pa) == 2 else (_prod(pa[:-1]), pa[-1])
     kern = a._kern
     (ad, ta), (bd, tb) = _gemm_operand(a), _gemm_operand(b)
     out = buffers.take(kern, out_shape, ad.dtype)
-    if a2 is sa and b2 is sb:
+    if a2 is sa and pb is sb:
         kernels.call(kern, "gemm", 0, ad, bd, out, ta, tb, 1.0, 0.0)
         shapes = None
-    else:   # a vector operand: gemm sees it as a one-row or one-column matrix
-        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2), _as_matrix(bd, b2), _as_matrix(out,
-                     (a2[0], b2[1])), ta, tb, 1.0, 0.0)
-        shapes = (a2, b2)
+    else:   # gemm sees a vector as a one-row or one-column matrix, a stack as its rows
+        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2, ta), _as_matrix(bd, pb, tb),
+                     _as_matrix(out, (a2[0], pb[1])), ta, tb, 1.0, 0.0)
+        shapes = (a2, pb)
     return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
+
+
+def _prod(dims: tuple) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _batch_shape(a: Tensor, b: Tensor, ba: tuple, bb: tuple) -> tuple:
+    """NumPy's broadcast of the two operands' batch dims, or a clear error."""
+    n = max(len(ba), len(bb))
+    pa, pb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
+    if any(x != y and x != 1 and y != 1 for x, y in zip(pa, pb)):
+        raise ValueError(f"matmul: batch dims {ba} and {bb} cannot be broadcast together; "
+                         f"operands {describe(a)} and {describe(b)}")
+    return tuple(y if x == 1 else x for x, y in zip(pa, pb))
+
+
+def _swapped(t: Tensor) -> Any:
+    """For a strided ``t`` whose last two dims are swapped relative to C
+    order (``x.mT``), the C-contiguous array that is its data with those
+    dims swapped back (a view); None for any other ``t``."""
+    data, kern = t._data, t._kern
+    nd = len(data.shape)
+    if nd < 2 or kern.is_c_contiguous(data):
+        return None
+    base = permuted(data, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+    return base if kern.is_c_contiguous(base) else None
+
+
+def _divisor(shape: tuple, batch: tuple) -> int | None:
+    """How an operand's batch slice follows from a product index o: slice
+    (o // div) % size when the dims it does not broadcast form one run of
+    ``batch`` (after dropping size-1 dims); None when they do not."""
+    shape = (1,) * (len(batch) - len(shape)) + shape
+    full = [i for i, n in enumerate(batch) if n != 1 and shape[i] == n]
+    bcast = [i for i, n in enumerate(batch) if n != 1 and shape[i] != n]
+    if not full:
+        return 1
+    if any(full[0] < i < full[-1] for i in bcast):
+        return None
+    return _prod(batch[full[-1] + 1:])
+
+
+def _bmm_operand(t: Tensor, shape: tuple, batch: tuple) -> tuple:
+    """(3-D C-contiguous stack, transposed?, div, expanded?) for a batched
+    operand of padded matrix shape ``shape``: a view whose last two dims are
+    swapped is read through the flag; one whose batch dims cannot be indexed
+    by a divisor is first expanded to the full ``batch``."""
+    rows, cols = shape[-2:]
+    div = _divisor(shape[:-2], batch)
+    if div is None:   # (only an operand of 3 or more dims: its shape is t's)
+        full = broadcast_into(t._kern, t._data, batch + (rows, cols))
+        return reshaped(full, (_prod(batch), rows, cols)), False, 1, True
+    count = _prod(shape[:-2])
+    base = _swapped(t)
+    if base is not None:
+        return reshaped(base, (count, cols, rows)), True, div, False
+    return reshaped(contiguous(t), (count, rows, cols)), False, div, False
+
+
+def _bmm(a: Tensor, b: Tensor, pa: tuple, pb: tuple, batch: tuple, out_shape: tuple) -> Tensor:
+    """Batched matmul: one ``bgemm`` over the broadcast batch."""
+    kern = a._kern
+    a3, ta, a_div, a_full = _bmm_operand(a, pa, batch)
+    b3, tb, b_div, b_full = _bmm_operand(b, pb, batch)
+    count = _prod(batch)
+    out = buffers.take(kern, out_shape, a3.dtype)
+    out3 = reshaped(out, (count, pa[-2], pb[-1]))
+    kernels.call(kern, "bgemm", 0, a3, b3, out3, ta, tb, 1.0, 0.0, a_div, b_div, 1, count)
+    saved = (a3, ta, a_div, a_full, pa, b3, tb, b_div, b_full, pb, batch,
+             (count, pa[-2], pb[-1]))
+    return result(out, kern, (a, b), _bmm_backward, saved)
+
+
+def _bmm_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    # dA[i] += G[o] @ op(B[.])^T and dB[i] += op(A[.])^T @ G[o], summed over
+    # the products o that read slice i (a broadcast operand's shared slices)
+    a, b = node.inputs
+    a3, ta, a_div, a_full, pa, b3, tb, b_div, b_full, pb, batch, o3 = node.saved
+    kern = a._kern
+    count = o3[0]
+    g = ones(kern, o3, a3.dtype) if gout is None else gout
+    g3 = reshaped(g, o3)
+    if a.requires_grad:
+        dest, beta = ctx.dest(a)
+        _bmm_grad(kern, g3, b3, False, not tb, a_div, 1, b_div, dest, beta, a_full, pa, batch,
+                  count)
+    if b.requires_grad:
+        dest, beta = ctx.dest(b)
+        _bmm_grad(kern, a3, g3, not ta, False, b_div, a_div, 1, dest, beta, b_full, pb, batch,
+                  count)
+
+
+def _bmm_grad(kern: Any, x3: Any, y3: Any, tx: bool, ty: bool, div: int, x_div: int,
+              y_div: int, dest: Any, beta: float, full: bool, shape: tuple, batch: tuple,
+              count: int) -> None:
+    """One operand's gradient: a bgemm straight into ``dest``, or, for an
+    operand that was expanded, into the full batch and then summed down."""
+    rows, cols = shape[-2:]
+    if not full:
+        d3 = reshaped(dest, (_prod(shape[:-2]), rows, cols))
+        kernels.call(kern, "bgemm", 0, x3, y3, d3, tx, ty, 1.0, beta, x_div, y_div, div, count)
+        return
+    tmp = buffers.take(kern, batch + (rows, cols), dest.dtype)
+    kernels.call(kern, "bgemm", 0, x3, y3, reshaped(tmp, (count, rows, cols)), tx, ty, 1.0,
+                 0.0, x_div, y_div, 1, count)
+    reduce_into(kern, tmp, dest, 1.0, beta)
 
 
 def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -82,7 +214,7 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern = a._kern
     if shapes is not None:
         a2, b2 = shapes
-        am, bm = _as_matrix(ad, a2), _as_matrix(bd, b2)
+        am, bm = _as_matrix(ad, a2, ta), _as_matrix(bd, b2, tb)
         o2 = (a2[0], b2[1])
     else:
         a2 = b2 = None
@@ -111,10 +243,12 @@ ACTIVATIONS: dict[str, int] = {}
 
 def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
            negative_slope: float = 0.01) -> Tensor:
-    """``x @ weight.T + bias``, PyTorch's ``F.linear``: x (n, in) or (in,),
-    weight (out, in), bias (out,) or None. One GEMM with the bias folded in;
-    the backward writes dW with one GEMM, db as column sums and dx with one
-    GEMM, each straight into its destination.
+    """``x @ weight.T + bias``, PyTorch's ``F.linear``: x (..., in) (any
+    number of leading dims, or (in,)), weight (out, in), bias (out,) or None;
+    the result is (..., out). The leading dims are flattened into one GEMM
+    with the bias folded in (a contiguous x is not copied); the backward
+    writes dW with one GEMM, db as column sums and dx with one GEMM, each
+    straight into its destination.
 
     ``activation`` ("relu", "leaky_relu" with ``negative_slope`` >= 0,
     "tanh" or "sigmoid") is applied in the same kernel: the GEMM writes the
@@ -156,8 +290,8 @@ def _activation(activation: Any, negative_slope: Any) -> tuple[int, float]:
 def _linear_checked(x: Any, weight: Any, bias: Any, code: int, p: float) -> Tensor:
     op = "linear"
     x, weight = pair(x, weight, op, ("input", "weight"))
-    if weight.ndim != 2 or x.ndim not in (1, 2):
-        raise ValueError(f"{op}: needs input of 1 or 2 dims and a 2-D weight, got input "
+    if weight.ndim != 2 or x.ndim == 0:
+        raise ValueError(f"{op}: needs input of at least 1 dim and a 2-D weight, got input "
                          f"{describe(x)} and weight {describe(weight)}")
     features = x.shape[x.ndim - 1]
     if features != weight.shape[1]:
@@ -169,8 +303,8 @@ def _linear_checked(x: Any, weight: Any, bias: Any, code: int, p: float) -> Tens
             raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
                              f"{describe(weight)}; expected shape ({weight.shape[0]},)")
     xd, wd = contiguous(x), contiguous(weight)
-    x2 = xd if x.ndim == 2 else reshaped(xd, (1, features))
-    out_shape = (x.shape[0], weight.shape[0]) if x.ndim == 2 else (weight.shape[0],)
+    x2 = xd if x.ndim == 2 else reshaped(xd, (_prod(x.shape[:-1]), features))
+    out_shape = x.shape[:-1] + (weight.shape[0],)
     return _linear(x, weight, bias, xd, wd, x._kern, x2, out_shape, code, p)
 
 
@@ -178,7 +312,7 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
             x2: Any, out_shape: tuple, code: int, p: float) -> Tensor:
     dtype = xd.dtype
     out = buffers.take(kern, out_shape, dtype)
-    out2 = out if len(out_shape) == 2 else reshaped(out, (1, out_shape[0]))
+    out2 = out if len(out_shape) == 2 else reshaped(out, (x2.shape[0], out_shape[-1]))
     if bias is None:
         kernels.call(kern, "linear", 0, x2, wd, wd[0], out2, False, code, scalar_of(dtype, p))
         inputs = (x, weight)

@@ -10,30 +10,8 @@ from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (broadcast_into, contiguous, describe, mean_scale, ones, operand, padded2d,
-                      permuted, reduce_into, reshaped, result, scalar_of, view2d)
-
-
-def axes_of(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
-    """``axis`` (None, an int or a tuple of ints, negative allowed) as the
-    sorted non-negative axes of ``x`` it names; None names every axis."""
-    ndim = x.ndim
-    if axis is None:
-        return tuple(range(ndim))
-    items = axis if isinstance(axis, tuple) else (axis,)
-    if not items:
-        raise ValueError(f"{op}: an empty tuple of axes reduces nothing (tensor of "
-                         f"{describe(x)})")
-    found: set[int] = set()
-    for a in items:
-        if not isinstance(a, (int, np.integer)) or isinstance(a, (bool, np.bool_)):
-            raise TypeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r}")
-        if not -ndim <= a < ndim:
-            raise ValueError(f"{op}: axis {a} is out of range for a tensor of {describe(x)}")
-        if int(a) % ndim in found:
-            raise ValueError(f"{op}: axis {axis!r} names axis {int(a) % ndim} twice")
-        found.add(int(a) % ndim)
-    return tuple(sorted(found))
+from ._common import (axes_of, broadcast_into, contiguous, describe, mean_scale, ones, operand,
+                      padded2d, permuted, reduce_into, reshaped, result, scalar_of, view2d)
 
 
 def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:

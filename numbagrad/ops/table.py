@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..kernels import scalar as codes
 from ..tensor import Tensor
 from . import elementwise as ew
-from . import indexing, join, losses, matmul, reductions, shape
+from . import indexing, join, losses, matmul, reductions, select, shape
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,8 @@ OPS: tuple[Op, ...] = (
        domain="positive"),
     Op("sqrt", ew.sqrt, codes.SQRT, method=True, numpy=("sqrt",), torch="torch.sqrt(a)",
        domain="positive"),
-    Op("sum", reductions.sum, method=True, torch="torch.sum(a)"),
-    Op("mean", reductions.mean, method=True, torch="torch.mean(a)"),
+    Op("sum", reductions.sum, method=True, numpy=("sum",), torch="torch.sum(a)"),
+    Op("mean", reductions.mean, method=True, numpy=("mean",), torch="torch.mean(a)"),
     Op("softmax", reductions.softmax, method=True, torch="torch.softmax(a, -1)"),
     Op("log_softmax", reductions.log_softmax, method=True, torch="torch.log_softmax(a, -1)"),
     Op("matmul", matmul.matmul, operators=("__matmul__", "__rmatmul__"), numpy=("matmul",),
@@ -115,14 +117,24 @@ OPS: tuple[Op, ...] = (
     Op("getitem", indexing.getitem, operators=("__getitem__",)),
     Op("gather", indexing.gather, method=True),
     # --- selection, comparison and casting ops
+    Op("lt", select.lt, operators=("__lt__",), numpy=("less",)),
+    Op("le", select.le, operators=("__le__",), numpy=("less_equal",)),
+    Op("gt", select.gt, operators=("__gt__",), numpy=("greater",)),
+    Op("ge", select.ge, operators=("__ge__",), numpy=("greater_equal",)),
+    Op("eq", select.eq, operators=("__eq__",), numpy=("equal",)),
+    Op("ne", select.ne, operators=("__ne__",), numpy=("not_equal",)),
+    Op("where", select.where, numpy=("where",)),   # vs torch: tests/test_select.py
+    Op("astype", select.astype, method=True),
 )
 
 BY_NAME = {op.name: op for op in OPS}
 # what linear's epilogue applies: name -> kernel code
 ACTIVATIONS = matmul.ACTIVATIONS
 ACTIVATIONS.update({op.name: op.code for op in OPS if op.fuse})
-# NumPy ufunc name -> the op that answers it on a tensor
-UFUNCS = {u: op.fn for op in OPS for u in op.numpy}
+# NumPy ufunc name -> the op that answers it on a tensor; other NumPy
+# function name -> its op (ops/numpy_api.py adapts NumPy's arguments)
+UFUNCS = {u: op.fn for op in OPS for u in op.numpy if isinstance(getattr(np, u, None), np.ufunc)}
+FUNCTIONS = {f: op.fn for op in OPS for f in op.numpy if f not in UFUNCS}
 
 
 def _operator(fn: Callable, dunder: str) -> Callable:

@@ -24,10 +24,12 @@ from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F40
 from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
                      pointwise_loss, pointwise_loss_mt)
 from .matmul import gemm, linear  # noqa: F401
+from .matmul import bgemm  # noqa: F401
 from .indexing import gather, index_add, index_select, place_nd, scatter_add  # noqa: F401
 from .indexing import KERNEL_NAMES as _indexing_kernels
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
+from .select import astype, compare, where, where_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names
 from .. import table as _table
@@ -72,4 +74,6 @@ KERNELS = _table(globals(), (
     "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
     "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
+KERNELS.update(_table(globals(), ("bgemm",)))
+KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
 KERNELS.update(_table(globals(), _indexing_kernels))

@@ -125,3 +125,34 @@ def linear(x, w, bias, out, has_bias, code, p):
         _epilogue(scalar.TANH, out, bias, has_bias, p)
     else:
         _epilogue(scalar.SIGMOID, out, bias, has_bias, p)
+
+
+@njit(cache=True, error_model="numpy")
+def bgemm(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
+    """Batched GEMM over ``count`` products, each 3-D array a stack of slices:
+    product o reads slice (o // a_div) % len(a) of ``a`` (likewise ``b``) and
+    adds into slice j = (o // out_div) % len(out) of ``out``:
+
+        out[j] = alpha * sum(op(a[.]) @ op(b[.]) over the products of j) + beta * out[j].
+
+    A forward maps product o to out[o] (out_div 1); the gradient of an operand
+    broadcast over batch dims maps several products to one slice. Products
+    are added in increasing o, so the result does not depend on threads. All
+    three arrays are C-contiguous.
+    """
+    nout = out.shape[0]
+    span = out_div * nout
+    rounds = count // span if span > 0 else 0
+    for j in range(nout):
+        dest = out[j]
+        first = True
+        for q in range(rounds):
+            for r in range(out_div):
+                o = q * span + j * out_div + r
+                gemm(a[(o // a_div) % a.shape[0]], b[(o // b_div) % b.shape[0]], dest,
+                     trans_a, trans_b, alpha, beta if first else 1.0)
+                first = False
+        if first:   # no product reaches this slice: out[j] = beta * out[j]
+            for i in range(dest.shape[0]):
+                for c in range(dest.shape[1]):
+                    dest[i, c] = beta * dest[i, c] if beta != 0.0 else 0.0

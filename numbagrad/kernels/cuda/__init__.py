@@ -24,6 +24,7 @@ from .elementwise import (axpby, binary, binary_backward, fill, scaled_add,  # n
                           sum_to, unary, unary_backward)
 from .losses import cross_entropy, mse, pointwise_loss
 from .matmul import gemm, linear  # noqa: F401
+from .matmul import bgemm  # noqa: F401
 from .indexing import (as_strided, gather, index_add, index_select,  # noqa: F401
                        place_nd, scatter_add)
 from .indexing import KERNEL_NAMES as _indexing_kernels
@@ -31,6 +32,7 @@ from .optim import *  # noqa: F403  (every name in optim.__all__)
 from .optim import __all__ as _optim_names
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward
+from .select import astype, compare, where, where_backward  # noqa: F401
 
 name = "cuda"
 
@@ -40,4 +42,6 @@ KERNELS = _table(globals(), (
     "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
     "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
     "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
+KERNELS.update(_table(globals(), ("bgemm",)))
+KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
 KERNELS.update(_table(globals(), _indexing_kernels))

@@ -9,30 +9,21 @@ from ._core import TILE, WPT, Config, array_type, empty, kernel, launch
 _unary = cuda.jit(device=True)(scalar.unary)
 
 
-@kernel("gemm", lambda dt: (array_type(dt, 2), array_type(dt, 2), array_type(dt, 2),
-                            types.boolean, types.boolean, dt, dt,
-                            array_type(dt, 1), types.boolean, int64, dt))
-def _gemm_source(config: Config, dtype):
+def _tiles(config: Config, dtype):
+    """The device function both GEMM kernels share: adds this thread's
+    wpt x wpt block of op(a) @ op(b), tile by tile through shared memory,
+    into ``acc`` (a block of bm x bm outputs at row0, col0)."""
     tile, wpt = config.tile, config.wpt
     bm = tile * wpt
 
-    def gemm_kernel(a, b, out, trans_a, trans_b, alpha, beta, bias, has_bias, code, p):
-        # out = f(alpha * op(a) @ op(b) + beta * out (+ bias[col] when has_bias)),
-        # f the unary ``code`` (IDENT: none) with parameter p
+    def tiles(a, b, trans_a, trans_b, m, n, row0, col0, acc):
         sa = cuda.shared.array((bm, tile), dtype)    # sa[row, k]
         sb = cuda.shared.array((tile, bm), dtype)    # sb[k, col]
-        acc = cuda.local.array((wpt, wpt), dtype)
         ra = cuda.local.array(wpt, dtype)
         rb = cuda.local.array(wpt, dtype)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        row0 = cuda.blockIdx.y * bm
-        col0 = cuda.blockIdx.x * bm
-        m, n = out.shape
         kdim = a.shape[0] if trans_a else a.shape[1]
-        for i in range(wpt):
-            for j in range(wpt):
-                acc[i, j] = 0.0
         for k0 in range(0, kdim, tile):
             # Loads walk the contiguous axis of each operand with threadIdx.x.
             for i in range(wpt):
@@ -63,6 +54,31 @@ def _gemm_source(config: Config, dtype):
                     for j in range(wpt):
                         acc[i, j] += ra[i] * rb[j]
             cuda.syncthreads()
+
+    return cuda.jit(device=True)(tiles)
+
+
+@kernel("gemm", lambda dt: (array_type(dt, 2), array_type(dt, 2), array_type(dt, 2),
+                            types.boolean, types.boolean, dt, dt,
+                            array_type(dt, 1), types.boolean, int64, dt))
+def _gemm_source(config: Config, dtype):
+    tile, wpt = config.tile, config.wpt
+    bm = tile * wpt
+    tiles = _tiles(config, dtype)
+
+    def gemm_kernel(a, b, out, trans_a, trans_b, alpha, beta, bias, has_bias, code, p):
+        # out = f(alpha * op(a) @ op(b) + beta * out (+ bias[col] when has_bias)),
+        # f the unary ``code`` (IDENT: none) with parameter p
+        acc = cuda.local.array((wpt, wpt), dtype)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row0 = cuda.blockIdx.y * bm
+        col0 = cuda.blockIdx.x * bm
+        m, n = out.shape
+        for i in range(wpt):
+            for j in range(wpt):
+                acc[i, j] = 0.0
+        tiles(a, b, trans_a, trans_b, m, n, row0, col0, acc)
         for i in range(wpt):
             r = row0 + ty + i * tile
             for j in range(wpt):
@@ -77,6 +93,45 @@ def _gemm_source(config: Config, dtype):
 
     return gemm_kernel
 
+
+@kernel("bgemm", lambda dt: (array_type(dt, 3), array_type(dt, 3), array_type(dt, 3),
+                             types.boolean, types.boolean, dt, dt, int64, int64, int64, int64))
+def _bgemm_source(config: Config, dtype):
+    tile, wpt = config.tile, config.wpt
+    bm = tile * wpt
+    tiles = _tiles(config, dtype)
+
+    def bgemm_kernel(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
+        # out[j] = alpha * sum of op(a[.]) @ op(b[.]) over the products o of
+        # slice j (see kernels.cpu.bgemm) + beta * out[j]; blockIdx.z is j
+        acc = cuda.local.array((wpt, wpt), dtype)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row0 = cuda.blockIdx.y * bm
+        col0 = cuda.blockIdx.x * bm
+        nout, m, n = out.shape
+        span = out_div * nout
+        rounds = count // span
+        for jz in range(cuda.blockIdx.z, nout, cuda.gridDim.z):
+            for i in range(wpt):
+                for j in range(wpt):
+                    acc[i, j] = 0.0
+            for q in range(rounds):
+                for r in range(out_div):
+                    o = q * span + jz * out_div + r
+                    tiles(a[(o // a_div) % a.shape[0]], b[(o // b_div) % b.shape[0]], trans_a,
+                          trans_b, m, n, row0, col0, acc)
+            for i in range(wpt):
+                rr = row0 + ty + i * tile
+                for j in range(wpt):
+                    c = col0 + tx + j * tile
+                    if rr < m and c < n:
+                        v = alpha * acc[i, j]
+                        if beta != 0.0:
+                            v += beta * out[jz, rr, c]
+                        out[jz, rr, c] = v
+
+    return bgemm_kernel
 
 
 # ------------------------------------------------------------ launchers
@@ -109,3 +164,17 @@ def linear(x, w, bias, out, has_bias, code, p) -> None:
     """out = f(x @ w.T + bias): one GEMM launch, the bias and the activation
     ``code`` (see ``kernels.cpu.linear``) applied in its epilogue."""
     _launch_gemm(x, w, out, False, True, 1.0, 0.0, bias if has_bias else None, code, p)
+
+
+def bgemm(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count) -> None:
+    """Batched GEMM (see ``kernels.cpu.bgemm``): one launch, the grid's z
+    spanning the output slices (striding past CUDA's 65535 limit), each
+    block adding up its slice's products in increasing order."""
+    nout, m, n = out.shape
+    if nout == 0 or m == 0 or n == 0:
+        return
+    block = TILE * WPT
+    dt = out.dtype.type
+    launch("bgemm", out.dtype, (-(-n // block), -(-m // block), min(nout, 65535)), (TILE, TILE),
+           a, b, out, bool(trans_a), bool(trans_b), dt(alpha), dt(beta), int(a_div),
+           int(b_div), int(out_div), int(count))

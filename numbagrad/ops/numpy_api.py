@@ -1,0 +1,208 @@
+"""NumPy functions on tensors (``Tensor.__array_function__``).
+
+A NumPy function that an op answers to (its op-table row's ``numpy=``
+names: ``ops.table.FUNCTIONS``) runs that op, recorded on the tape, with
+NumPy's arguments adapted to the op's; any other NumPy function given a
+tensor raises a TypeError naming the ng alternative (or saying there is
+none), so a tensor never leaves the graph silently. ``np.asarray(t)`` and
+``np.array(t)`` still give the data; ``np.shape``, ``np.ndim`` and
+``np.size`` read the tensor's.
+"""
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..tensor import Tensor
+
+
+def _flat(x: Any) -> Any:
+    return _op("reshape")(x, -1)
+
+
+def _axis(axis: Any, ndim: int, fn: str) -> int:
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"numpy.{fn}: axis must be an integer, got {axis!r}") from None
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"numpy.{fn}: axis {axis} is out of range for {ndim} dims")
+    return axis % ndim
+
+
+def _concatenate(fn, arrays, axis=0):
+    if axis is None:
+        return fn([_flat(a) for a in arrays], 0)
+    return fn(list(arrays), axis)
+
+
+def _stack(fn, arrays, axis=0):
+    return fn(list(arrays), axis)
+
+
+def _split(fn, ary, indices_or_sections, axis=0):
+    return fn(ary, indices_or_sections, axis)
+
+
+def _take(fn, a, indices, axis=None):
+    if axis is None:
+        return fn(_flat(a), indices)
+    return fn(a, (slice(None),) * _axis(axis, np.ndim(a), "take") + (indices,))
+
+
+def _take_along_axis(fn, arr, indices, axis=-1):
+    if axis is None:
+        return fn(_flat(arr), 0, indices)
+    return fn(arr, axis, indices)
+
+
+def _reshape(fn, a, shape=None, order="C", *, newshape=None, copy=None):
+    if order != "C" or copy is not None:
+        raise TypeError("numpy.reshape on a numbagrad Tensor: only order='C' and copy=None "
+                        f"(got order={order!r}, copy={copy!r}); use ng.reshape")
+    return fn(a, newshape if shape is None else shape)
+
+
+def _transpose(fn, a, axes=None):
+    return fn(a, tuple(range(np.ndim(a)))[::-1] if axes is None else tuple(axes))
+
+
+def _squeeze(fn, a, axis=None):
+    return fn(a, axis)
+
+
+def _expand_dims(fn, a, axis):
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    n = np.ndim(a) + len(axes)
+    where = sorted(_axis(x, n, "expand_dims") for x in axes)
+    if len(set(where)) != len(where):
+        raise ValueError(f"numpy.expand_dims: repeated axis in {axis!r}")
+    for x in where:     # in increasing order, each lands where it is asked
+        a = fn(a, x)
+    return a
+
+
+def _broadcast_to(fn, array, shape, subok=False):
+    return fn(array, shape)
+
+
+def _reduction(fn, a, axis=None, dtype=None, out=None, keepdims=False):
+    what = f"numpy.{fn.__name__} on a numbagrad Tensor of {a.dtype}"
+    if out is not None:
+        raise TypeError(f"{what}: out= is not supported (ops return new tensors)")
+    if dtype is not None and np.dtype(dtype) != a.dtype:
+        raise TypeError(f"{what}: dtype={np.dtype(dtype)} is not supported (ops never "
+                        "convert; use x.astype first)")
+    return fn(a, axis, keepdims)
+
+
+def _matmul(fn, x1, x2):
+    return fn(x1, x2)
+
+
+def _where(fn, condition, x=None, y=None):
+    if x is None or y is None:
+        raise TypeError("numpy.where(condition) with one argument (the indices where it "
+                        "holds) has no ng op: use np.nonzero(mask.numpy())")
+    return fn(condition, x, y)
+
+
+def _pad(fn, array, pad_width, mode="constant", constant_values=0.0):
+    if mode != "constant" or np.ndim(constant_values) != 0:
+        raise TypeError(f"numpy.pad on a numbagrad Tensor: only mode='constant' with one "
+                        f"constant value (got mode={mode!r}); use ng.pad(x, pad_width, value)")
+    return fn(array, pad_width, value=float(constant_values))
+
+
+# NumPy function name -> (the ng op expected to answer it, the adapter that
+# calls ``fn`` with NumPy's arguments)
+ADAPTERS: dict[str, tuple[str, Callable]] = {
+    "concatenate": ("ng.concatenate", _concatenate), "stack": ("ng.stack", _stack),
+    "split": ("ng.split", _split), "take": ("indexing, x[key]", _take),
+    "take_along_axis": ("ng.gather", _take_along_axis), "reshape": ("ng.reshape", _reshape),
+    "transpose": ("ng.permute", _transpose), "squeeze": ("ng.squeeze", _squeeze),
+    "expand_dims": ("ng.unsqueeze", _expand_dims),
+    "broadcast_to": ("ng.broadcast_to", _broadcast_to), "sum": ("ng.sum", _reduction),
+    "mean": ("ng.mean", _reduction), "matmul": ("ng.matmul", _matmul),
+    "where": ("ng.where", _where), "pad": ("ng.pad", _pad),
+}
+
+# NumPy functions with no op: what to use instead
+_NONE = "numbagrad has no {} (no ng alternative); t.numpy() gives the data"
+HINTS = {
+    "dot": "use ng.matmul or @", "inner": "use ng.sum(a * b, axis=-1)",
+    "outer": "use a[:, None] * b", "tensordot": "use ng.matmul after a reshape",
+    "einsum": "use ng.matmul with reshape and sum", "ravel": "use ng.reshape(x, -1)",
+    "moveaxis": "use ng.permute", "swapaxes": "use ng.transpose",
+    "clip": "use ng.where(x > hi, hi, ng.where(x < lo, lo, x))",
+    "maximum": "use ng.where(a > b, a, b)", "minimum": "use ng.where(a < b, a, b)",
+    "max": _NONE.format("max reduction"), "amax": _NONE.format("max reduction"),
+    "min": _NONE.format("min reduction"), "amin": _NONE.format("min reduction"),
+    "argmax": "it is not differentiable: np.argmax(t.numpy())",
+    "argmin": "it is not differentiable: np.argmin(t.numpy())",
+    "nonzero": "it is not differentiable: np.nonzero(mask.numpy())",
+    "var": "use ng.mean((x - x.mean(axis, keepdims=True)) ** 2, axis)",
+    "std": "use ng.sqrt of the variance, ng.mean((x - x.mean(...)) ** 2, ...)",
+    "cumsum": _NONE.format("cumulative sum"), "prod": _NONE.format("product reduction"),
+    "hstack": "use ng.concatenate(tensors, axis=1)",
+    "vstack": "use ng.concatenate(tensors, axis=0)",
+    "copy": "use x * 1.0 (a recorded copy) or t.numpy() (the data)",
+    "zeros_like": "use ng.tensor(np.zeros(t.shape, t.dtype), device=t.device)",
+    "ones_like": "use ng.tensor(np.ones(t.shape, t.dtype), device=t.device)",
+    "allclose": "compare the data: np.allclose(t.numpy(), ...)",
+    "isclose": "compare the data: np.isclose(t.numpy(), ...)",
+    "array_equal": "compare the data: np.array_equal(t.numpy(), ...)",
+    "linalg.norm": "use ng.sqrt(ng.sum(x * x))", "flip": "use x[::-1] (indexing)",
+    "astype": "use x.astype(dtype)", "copyto": "tensors are written by ops only",
+}
+_META = {"shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size}
+
+
+def _name(func: Callable) -> str:
+    """``func``'s NumPy name ("linalg.norm"), or "" when it is not NumPy's."""
+    module = getattr(func, "__module__", "") or ""
+    name = getattr(func, "__name__", "")
+    if module == "numpy" or getattr(np, name, None) is func:
+        return name
+    if module.startswith("numpy."):
+        sub = module.split(".")[1]
+        if getattr(getattr(np, sub, None), name, None) is func:
+            return f"{sub}.{name}"
+    return ""
+
+
+def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """Run NumPy function ``func`` on tensors: the op that answers it, or a
+    TypeError naming the alternative (raised before anything runs)."""
+    from .table import FUNCTIONS     # (the table imports the ops, which import Tensor)
+    name = _name(func)
+    if name in _META and len(args) == 1 and not kwargs and isinstance(args[0], Tensor):
+        return _META[name](args[0])
+    target = ADAPTERS.get(name)
+    fn = FUNCTIONS.get(name)
+    if target is None or fn is None:
+        label = f"numpy.{name}" if name else getattr(func, "__qualname__", repr(func))
+        if target is not None:
+            alt = f"it runs {target[0]}, which this build does not have yet"
+        else:
+            alt = HINTS.get(name, "numbagrad has no op for it (no ng alternative); "
+                                  "np.asarray(t) or t.numpy() gives the data")
+        raise TypeError(f"{label} is not differentiable on a numbagrad Tensor and would "
+                        f"leave the graph: {alt}")
+    adapter = target[1]
+    try:
+        inspect.signature(adapter).bind(fn, *args, **kwargs)
+    except TypeError as exc:
+        shown = str(inspect.signature(adapter)).replace("(fn, ", "(", 1)
+        raise TypeError(f"numpy.{name} on a numbagrad Tensor takes {name}{shown}: "
+                        f"{exc}") from None
+    return adapter(fn, *args, **kwargs)
+
+
+def _op(name: str) -> Callable:
+    from .table import BY_NAME
+    return BY_NAME[name].fn
