@@ -200,3 +200,19 @@ def test_compiled_step_is_bit_identical_to_eager(tmp_path):
         got = step(x)
         assert got.item() == want.item()
         np.testing.assert_array_equal(w_comp.grad, w_eager.grad)
+
+
+def test_every_public_function_of_the_new_op_modules_has_a_row():
+    import inspect
+
+    from numbagrad.ops import indexing, join, shape
+    rowed = {op.fn for op in ng.ops.table.OPS}
+    for module in (indexing, join, shape):
+        for name, fn in vars(module).items():
+            if inspect.isfunction(fn) and fn.__module__ == module.__name__ \
+                    and not name.startswith("_"):
+                assert fn in rowed, f"{module.__name__}.{name} has no row in ops/table.py"
+    assert ng.Tensor.__getitem__.__doc__ == indexing.getitem.__doc__
+    for name in ("view", "permute", "transpose", "flatten", "squeeze", "unsqueeze",
+                 "broadcast_to", "expand", "gather", "reshape"):
+        assert getattr(ng.Tensor, name).__doc__ == getattr(ng, name).__doc__
