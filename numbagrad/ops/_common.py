@@ -13,6 +13,11 @@ from ..tape import Node
 from ..tensor import Tensor, coerce
 
 
+# the float dtypes' canonical objects: the hot paths test identity (anything
+# else, equal or not, takes the checked path)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
 def is_scalar(value: Any) -> bool:
     """A Python or NumPy real number (not an array, not a tensor)."""
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
@@ -34,16 +39,18 @@ def refuse_bool(t: Tensor, op: str) -> Tensor:
 def operand(x: Any, op: str, what: str = "input") -> Tensor:
     """One operand as a Tensor (host data is copied for "cpu" only)."""
     if type(x) is Tensor:
-        return refuse_bool(x, op)
+        dtype = x._data.dtype
+        return x if dtype is _F64 or dtype is _F32 else refuse_bool(x, op)
     return coerce(x, kernels.get("cpu"), f"{op}: {what}")
 
 
 def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second operand")
          ) -> tuple[Tensor, Tensor]:
     """Both operands as tensors on one device with one dtype."""
-    if type(a) is Tensor and type(b) is Tensor and a._kern is b._kern \
-            and a._data.dtype == b._data.dtype != np.bool_:
-        return a, b
+    if type(a) is Tensor and type(b) is Tensor and a._kern is b._kern:
+        dtype = a._data.dtype
+        if (dtype is _F64 or dtype is _F32) and b._data.dtype is dtype:
+            return a, b
     if isinstance(a, Tensor):
         b = coerce(b, a._kern, f"{op}: {names[1]}")
     else:

@@ -104,24 +104,29 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     op = "cross_entropy"
     check_reduction(op, reduction)
     x = operand(logits, op, "logits")
-    if x.ndim < 2:
+    kern, shape, dtype = x._kern, x._data.shape, x._data.dtype
+    if len(shape) == 2:
+        n, classes = shape
+        labels = _labels(kern, target, (n,), classes)
+        loss = buffers.take(kern, (), dtype)
+        grad = buffers.take(kern, shape, dtype)
+        kernels.call(kern, "cross_entropy", grad.size, contiguous(x), labels, loss, grad,
+                     _scale(reduction, n))
+        return result(loss, kern, (x,), _loss_backward, (grad,))
+    if len(shape) < 2:
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
-    shape = tuple(x.shape)
+    shape = tuple(shape)
     n, classes, rest = shape[0], shape[1], shape[2:]
     positions = math.prod(rest)
-    kern = x._kern
     labels = _labels(kern, target, (n, *rest), classes)
-    loss = buffers.take(kern, (), x.dtype)
-    grad = buffers.take(kern, shape, x.dtype)
+    loss = buffers.take(kern, (), dtype)
+    grad = buffers.take(kern, shape, dtype)
     scale = _scale(reduction, n * positions)
-    if not rest:
-        kernels.call(kern, "cross_entropy", grad.size, contiguous(x), labels, loss, grad, scale)
-        return result(loss, kern, (x,), _loss_backward, (grad,))
     lanes3 = (n, classes, positions)
-    rows = buffers.take(kern, (n, positions, classes), x.dtype)
+    rows = buffers.take(kern, (n, positions, classes), dtype)
     kernels.call(kern, "expand_nd", rows.size, permuted(reshaped(contiguous(x), lanes3),
                                                          (0, 2, 1)), rows, 1.0, 0.0)
-    grad_rows = buffers.take(kern, (n, positions, classes), x.dtype)
+    grad_rows = buffers.take(kern, (n, positions, classes), dtype)
     two = (n * positions, classes)
     kernels.call(kern, "cross_entropy", grad.size, reshaped(rows, two),
                  reshaped(labels, (n * positions,)), loss, reshaped(grad_rows, two), scale)
@@ -147,11 +152,12 @@ def _labels(kern: Any, target: Any, shape: tuple, classes: int) -> Any:
     if host.shape != shape:
         raise ValueError(f"{op}: target has shape {host.shape} but logits of shape "
                          f"{(shape[0], classes, *shape[1:])} need {shape}")
-    bad = first_bad_label(host.reshape(-1), classes)
+    flat = host if host.ndim == 1 else host.reshape(-1)
+    bad = first_bad_label(flat, classes)
     if bad >= 0:
         where = np.unravel_index(bad, shape)
         where = where[0] if len(shape) == 1 else tuple(int(i) for i in where)
-        raise ValueError(f"{op}: target[{where}] is class {host.reshape(-1)[bad]}, outside "
+        raise ValueError(f"{op}: target[{where}] is class {flat[bad]}, outside "
                          f"[0, {classes}) for logits of shape "
                          f"{(shape[0], classes, *shape[1:])}")
     if kern.name == "cpu":

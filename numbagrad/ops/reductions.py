@@ -16,16 +16,29 @@ from ._common import (axes_of, broadcast_into, contiguous, describe, mean_scale,
 
 def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
     x = operand(x, op)
-    axes = axes_of(x, axis, op)
-    shape = tuple(x._data.shape)
-    keep = tuple(1 if d in axes else n for d, n in enumerate(shape))
-    out_shape = keep if keepdims else tuple(n for d, n in enumerate(shape) if d not in axes)
-    count = math.prod(shape[d] for d in axes)     # elements per output
+    shape = x._data.shape
+    ndim = len(shape)
+    if axis is None:
+        keep = (1,) * ndim
+        out_shape = keep if keepdims else ()
+        count = x._data.size
+    elif type(axis) is int and -ndim <= axis < ndim:     # the common case, quickly
+        a = axis % ndim
+        rest = tuple(shape[:a]), tuple(shape[a + 1:])
+        keep = rest[0] + (1,) + rest[1]
+        out_shape = keep if keepdims else rest[0] + rest[1]
+        count = shape[a]
+    else:
+        axes = axes_of(x, axis, op)
+        keep = tuple(1 if d in axes else n for d, n in enumerate(shape))
+        out_shape = keep if keepdims else tuple(n for d, n in enumerate(shape)
+                                                if d not in axes)
+        count = math.prod(shape[d] for d in axes)     # elements per output
     scale = mean_scale(count) if mean else 1.0
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, out_shape, dtype)
     s, zero = scalar_of(dtype, scale), scalar_of(dtype, 0.0)
-    if len(shape) <= 2:    # the 2-D kernel reads x through its strides
+    if ndim <= 2:    # the 2-D kernel reads x through its strides
         keep2 = padded2d(keep)
         kernels.call(kern, "sum_to", x._data.size, view2d(x._data), reshaped(out, keep2), s,
                      zero)
