@@ -151,3 +151,38 @@ def test_cuda_nd_graph_launches_one_kernel_per_op_and_gradient():
         loss.backward()
     # the seed's fill, then one kernel per op: add's writes both of its gradients
     assert ng.cuda.launch_count() - before == 1 + 5
+
+
+def test_shape_index_and_select_ops_compile_bit_identical_to_eager():
+    """An embedding lookup, a batched matmul, where, concatenate, a negative
+    step, permute, pad, gather, split, stack and astype under ng.compile."""
+    rng = np.random.default_rng(0)
+    idx = np.array([[0, 2], [1, 1]])
+    e0, w0 = rng.normal(size=(4, 3)), rng.normal(size=(2, 3, 5))
+
+    def make():
+        E, W = ng.param(e0), ng.param(w0)
+        opt = ng.optim.SGD([E, W], lr=0.1, momentum=0.9, accumulate_steps=2)
+
+        def step(x):
+            z = E[idx] @ W
+            z = ng.where(z > 0, z, z * 0.1)
+            z = ng.concatenate([z, z[:, ::-1]], axis=1).permute(0, 2, 1)
+            z = ng.pad(z, ((0, 0), (1, 0), (0, 0)))
+            g = ng.gather(z, 1, np.zeros((2, 1, 4), np.int64))
+            parts = ng.stack(ng.split(z, 2, axis=2)).astype(np.float32).astype(np.float64)
+            return (ng.softmax(z, axis=1) * x).sum() + g.mean() + parts.sum()
+        return E, W, opt, step
+
+    E_e, W_e, opt_e, step_e = make()
+    E_c, W_c, opt_c, step_c = make()
+    compiled = ng.compile(step_c, optimizer=opt_c)
+    for _ in range(4):
+        x = ng.tensor(rng.normal(size=(2, 6, 4)))
+        with ng.grad_tape():
+            loss = step_e(x)
+        loss.backward()
+        opt_e.step()
+        assert compiled(x).item() == loss.item()
+    np.testing.assert_array_equal(E_c.numpy(), E_e.numpy())
+    np.testing.assert_array_equal(W_c.numpy(), W_e.numpy())
