@@ -26,6 +26,13 @@ from types import ModuleType
 from typing import Any, Protocol
 
 DEVICES = ("cpu", "cuda")
+# Every kernel a device module exposes (its ``KERNELS`` table lists these):
+# one name, one destination-passing signature, on every device.
+NAMES = ("axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "bgemm",
+         "linear", "mse", "pointwise_loss", "scaled_add", "softmax", "softmax_backward",
+         "sum_to", "unary", "unary_backward", "upload", "expand_nd", "sum_to_nd", "compare",
+         "where", "where_backward", "astype", "gather", "index_add", "index_select",
+         "place_nd", "scatter_add", "adam_update", "sgd_update", "sumsq")
 _loaded: dict[str, ModuleType] = {}
 
 

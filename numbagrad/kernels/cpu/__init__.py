@@ -9,8 +9,8 @@ A kernel ``foo`` that pays for threads on large arrays has a twin
 ``foo_mt`` (``parallel=True``, same signature, same bits);
 ``kernels.call(kern, "foo", n, ...)`` runs the twin for a call that touches
 n >= ``MT_MIN`` elements. ``MT_MIN`` comes from ``NUMBAGRAD_PARALLEL_MIN``
-(see ``_threads``). ``KERNELS`` lists every kernel ``call`` may run; the
-CUDA module's has the same names.
+(see ``_threads``). ``KERNELS`` maps every name of ``kernels.NAMES`` to its
+serial and threaded variants; the CUDA module's has the same names.
 """
 from __future__ import annotations
 
@@ -23,15 +23,13 @@ from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F40
                           unary_mt)
 from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
                      pointwise_loss, pointwise_loss_mt)
-from .matmul import gemm, linear  # noqa: F401
-from .matmul import bgemm  # noqa: F401
+from .matmul import bgemm, gemm, linear  # noqa: F401
 from .indexing import gather, index_add, index_select, place_nd, scatter_add  # noqa: F401
-from .indexing import KERNEL_NAMES as _indexing_kernels
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
 from .select import astype, compare, where, where_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
-from .optim import __all__ as _optim_names
+from .. import NAMES as _NAMES
 from .. import table as _table
 
 name = "cpu"
@@ -70,10 +68,4 @@ def is_c_contiguous(array) -> bool:
     return array.flags.c_contiguous
 
 
-KERNELS = _table(globals(), (
-    "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
-    "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
-    "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
-KERNELS.update(_table(globals(), ("bgemm",)))
-KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
-KERNELS.update(_table(globals(), _indexing_kernels))
+KERNELS = _table(globals(), _NAMES)

@@ -15,7 +15,6 @@ from numba import njit
 from ._threads import _cast_like
 
 # what kernels.call may run (the rest are host helpers)
-KERNEL_NAMES = ("gather", "index_add", "index_select", "place_nd", "scatter_add")
 
 
 @njit(cache=True, error_model="numpy")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 
+from .. import NAMES as _NAMES
 from .. import table as _table
 from ._core import (MAX_BLOCKS, THREADS, TILE, WPT, empty, from_host,  # noqa: F401
                     is_c_contiguous, is_device_array, kernel_sources, launch_count,
@@ -23,13 +24,10 @@ from ._core import (MAX_BLOCKS, THREADS, TILE, WPT, empty, from_host,  # noqa: F
 from .elementwise import (axpby, binary, binary_backward, fill, scaled_add,  # noqa: F401
                           sum_to, unary, unary_backward)
 from .losses import cross_entropy, mse, pointwise_loss
-from .matmul import gemm, linear  # noqa: F401
-from .matmul import bgemm  # noqa: F401
+from .matmul import bgemm, gemm, linear  # noqa: F401
 from .indexing import (as_strided, gather, index_add, index_select,  # noqa: F401
                        place_nd, scatter_add)
-from .indexing import KERNEL_NAMES as _indexing_kernels
 from .optim import *  # noqa: F403  (every name in optim.__all__)
-from .optim import __all__ as _optim_names
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward
 from .select import astype, compare, where, where_backward  # noqa: F401
@@ -38,10 +36,4 @@ name = "cuda"
 
 # No threaded twins: ``kernels.call`` never reaches MT_MIN here.
 MT_MIN = sys.maxsize
-KERNELS = _table(globals(), (
-    "axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", "linear", "mse",
-    "pointwise_loss", "scaled_add", "softmax", "softmax_backward", "sum_to", "unary",
-    "unary_backward", "upload", "expand_nd", "sum_to_nd", *_optim_names))
-KERNELS.update(_table(globals(), ("bgemm",)))
-KERNELS.update(_table(globals(), ("compare", "where", "where_backward", "astype")))
-KERNELS.update(_table(globals(), _indexing_kernels))
+KERNELS = _table(globals(), _NAMES)

@@ -14,7 +14,6 @@ from numba import config, cuda, int64, types
 from ._core import THREADS, Config, array_type, grid, kernel, launch
 
 # what kernels.call may run (the rest are host helpers)
-KERNEL_NAMES = ("gather", "index_add", "index_select", "place_nd", "scatter_add")
 
 from .strided import MAX_RANK as RANK  # noqa: E402  (the highest rank place_nd takes)
 
