@@ -172,7 +172,9 @@ def _aliased_params(order: list[Node]) -> set | None:
 def _overlap(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return np.may_share_memory(a, b)
-    return a is b   # device arrays: views do not name their parent
+    # device arrays: a view does not name its parent, so compare the bytes
+    (lo_a, hi_a), (lo_b, hi_b) = kernels.extent(a), kernels.extent(b)
+    return lo_a < hi_b and lo_b < hi_a
 
 
 def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:

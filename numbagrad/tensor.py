@@ -380,10 +380,24 @@ def _wrap(array: Any, kern: ModuleType) -> Tensor:
     """A tensor sharing ``array``, noted when it may be a param's accumulator."""
     t = Tensor(array, kern)
     if _seen.handed and (id(array) in _handed
-                         or id(getattr(array, "base", None)) in _handed):
+                         or id(getattr(array, "base", None)) in _handed
+                         or (not isinstance(array, np.ndarray) and _inside_handed(array))):
         _seen.wrapped = True
         _wrappers.add(t)
     return t
+
+
+def _inside_handed(array: Any) -> bool:
+    """Whether a device array shares bytes with a handed-out accumulator (a
+    device array's view does not name its parent)."""
+    lo, hi = kernels.extent(array)
+    for owner in list(_handed.values()):
+        acc = owner._acc
+        if acc is not None and not isinstance(acc, np.ndarray):
+            a, b = kernels.extent(acc)
+            if lo < b and a < hi:
+                return True
+    return False
 
 
 def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:

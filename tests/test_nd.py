@@ -186,3 +186,27 @@ def test_shape_index_and_select_ops_compile_bit_identical_to_eager():
         assert compiled(x).item() == loss.item()
     np.testing.assert_array_equal(E_c.numpy(), E_e.numpy())
     np.testing.assert_array_equal(W_c.numpy(), W_e.numpy())
+
+
+def test_views_and_broadcasts_beyond_the_cuda_kernels_rank_collapse_first(dev):
+    # rank 7 (CUDA's N-d kernels take 6 dims): merged dims fit, on both devices
+    run(dev, lambda x: ng.permute(x, (6, 5, 4, 3, 2, 1, 0)) * 2.0,
+        lambda x: x.permute(6, 5, 4, 3, 2, 1, 0) * 2.0, [(2, 1, 3, 1, 2, 1, 2)])
+    run(dev, lambda x: ng.broadcast_to(x, (2, 1, 2, 1, 2, 1, 3)) * 1.0,
+        lambda x: torch.broadcast_to(x, (2, 1, 2, 1, 2, 1, 3)) * 1.0, [(3,)])
+    run(dev, lambda x: ng.broadcast_to(x, ()) * 3.0, lambda x: torch.broadcast_to(x, ()) * 3.0,
+        [()])
+
+
+def test_numpy_take_along_axis_broadcasts_its_indices_as_numpy_does():
+    a = np.arange(12.0).reshape(3, 4)
+    idx = np.array([[0, 2]])
+    p = ng.param(a)
+    with ng.grad_tape():
+        out = np.take_along_axis(p, idx, 1)
+        loss = out.sum()
+    np.testing.assert_array_equal(out.numpy(), np.take_along_axis(a, idx, 1))
+    grads = ng.backward(loss)
+    np.testing.assert_array_equal(grads[p.id], np.tile([1.0, 0.0, 1.0, 0.0], (3, 1)))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        np.take_along_axis(p, np.zeros((2, 1), int), 1)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
 
 
@@ -22,13 +23,7 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray) or type(x).__module__.startswith("numba.cuda")
 
 
-def _address(a: Any) -> int:
-    if isinstance(a, np.ndarray):
-        return a.__array_interface__["data"][0]
-    iface = getattr(a, "__cuda_array_interface__", None)
-    if iface is None:                      # the simulator's fake device array
-        return getattr(a, "_ary", a).__array_interface__["data"][0]
-    return iface["data"][0]
+_address = kernels.address
 
 
 def _shape(a: Any) -> tuple:
@@ -39,17 +34,7 @@ def _strides(a: Any) -> tuple:
     return tuple(int(s) for s in a.strides)
 
 
-def _extent(a: Any) -> tuple[int, int]:
-    """[lo, hi) bytes an array's elements occupy."""
-    lo = hi = _address(a)
-    for n, s in zip(_shape(a), _strides(a)):
-        if n == 0:
-            return lo, lo
-        if s >= 0:
-            hi += (n - 1) * s
-        else:
-            lo += (n - 1) * s
-    return lo, hi + a.dtype.itemsize
+_extent = kernels.extent
 
 
 def _c_contiguous(shape: tuple, strides: tuple, itemsize: int) -> bool:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
+import numpy as np
+
 DEVICES = ("cpu", "cuda")
 # Every kernel a device module exposes (its ``KERNELS`` table lists these):
 # one name, one destination-passing signature, on every device.
@@ -95,6 +97,30 @@ def check_device(device: str) -> str:
         if reason is not None:
             raise RuntimeError(f'device "cuda" requested but not usable: {reason}')
     return device
+
+
+def address(array: Any) -> int:
+    """The address of ``array``'s first element (a NumPy array, a Numba
+    device array or the CUDA simulator's stand-in for one)."""
+    if isinstance(array, np.ndarray):
+        return array.__array_interface__["data"][0]
+    iface = getattr(array, "__cuda_array_interface__", None)
+    if iface is None:                      # the simulator's fake device array
+        return getattr(array, "_ary", array).__array_interface__["data"][0]
+    return iface["data"][0]
+
+
+def extent(array: Any) -> tuple[int, int]:
+    """The bytes [lo, hi) that ``array``'s elements occupy (empty: lo == hi)."""
+    lo = hi = address(array)
+    for n, s in zip(array.shape, array.strides):
+        if n == 0:
+            return lo, lo
+        if s >= 0:
+            hi += (int(n) - 1) * int(s)
+        else:
+            lo += (int(n) - 1) * int(s)
+    return lo, hi + array.dtype.itemsize
 
 
 def get(device: str) -> ModuleType:

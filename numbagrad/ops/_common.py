@@ -169,8 +169,35 @@ def contiguous_array(kern: ModuleType, data: Any) -> Any:
     if len(data.shape) <= 2:
         kernels.call(kern, "unary", copy.size, 0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
     else:
-        kernels.call(kern, "expand_nd", copy.size, data, copy, 1.0, 0.0)
+        copy_strided(kern, data, copy)
     return copy
+
+
+def copy_strided(kern: ModuleType, view: Any, out: Any, alpha: float = 1.0,
+                 beta: float = 0.0) -> None:
+    """out = alpha * view + beta * out for a strided (or broadcast: stride 0)
+    ``view`` of ``out``'s shape, ``out`` C-contiguous: adjacent dims are merged
+    where the view's strides allow, so any rank fits the N-d kernels."""
+    if out.size == 0:
+        return
+    shape: list[int] = []
+    strides: list[int] = []
+    for n, st in zip(view.shape, view.strides):
+        if n == 1:
+            continue
+        if shape and strides[-1] == st * n:
+            shape[-1] *= n
+            strides[-1] = st
+        else:
+            shape.append(int(n))
+            strides.append(int(st))
+    if not shape:
+        shape, strides = [1], [view.dtype.itemsize]
+    if isinstance(view, np.ndarray):
+        src = view.reshape(shape)      # a view: the merged dims' strides allow it
+    else:
+        src = kern.as_strided(view, tuple(shape), tuple(strides), 0)
+    kernels.call(kern, "expand_nd", out.size, src, reshaped(out, tuple(shape)), alpha, beta)
 
 
 def broadcast_into(kern: ModuleType, data: Any, shape: tuple, out: Any = None,

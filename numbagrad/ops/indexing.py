@@ -27,7 +27,7 @@ from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import describe, ones, operand, reshaped, result
+from ._common import copy_strided, describe, ones, operand, reshaped, result
 from .shape import _axis, _view, _viewed
 
 
@@ -50,7 +50,7 @@ def _grouped(kern: Any, data: Any, a: int) -> Any:
     if pre is None or post is None or 0 in shape:
         if 0 not in shape and not kern.is_c_contiguous(data):
             copy = buffers.take(kern, shape, data.dtype)
-            kernels.call(kern, "expand_nd", copy.size, data, copy, 1.0, 0.0)
+            copy_strided(kern, data, copy)
             data = copy
         return reshaped(data, three)
     if kern.name == "cpu":

@@ -55,8 +55,21 @@ def _take(fn, a, indices, axis=None):
 
 
 def _take_along_axis(fn, arr, indices, axis=-1):
+    """NumPy's take_along_axis broadcasts ``indices`` against ``arr`` along the
+    other axes, where torch.gather (ng.gather) reads them as given: broadcast
+    a host index array first (a device one must have the full shape)."""
     if axis is None:
         return fn(_flat(arr), 0, indices)
+    if isinstance(indices, np.ndarray) and indices.ndim == arr.ndim:
+        ax = axis % arr.ndim if -arr.ndim <= axis < arr.ndim else axis
+        shape = tuple(n if d == ax else m for d, (n, m) in
+                      enumerate(zip(indices.shape, arr.shape)))
+        try:
+            indices = np.broadcast_to(indices, shape)
+        except ValueError:
+            raise ValueError(f"numpy.take_along_axis on a numbagrad Tensor: indices of shape "
+                             f"{indices.shape} do not broadcast against the tensor's "
+                             f"{arr.shape} along the axes other than {axis}") from None
     return fn(arr, axis, indices)
 
 

@@ -20,7 +20,8 @@ import numpy as np
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor, _seen, _wrappers
-from ._common import contiguous, describe, ones, operand, reshaped, result
+from ._common import (contiguous, contiguous_array, copy_strided, describe, ones, operand,
+                      reduce_into, reshaped, result, scalar_of)
 
 
 # ------------------------------------------------------------ views
@@ -52,7 +53,7 @@ def _viewed(x: Tensor, fn: Callable, backward: Callable, saved: tuple = ()) -> T
             _writable(view)
         return _view_of(x, result(view, kern, (x,), backward, saved, pool=x._pool))
     out = buffers.take(kern, tuple(view.shape), view.dtype)
-    kernels.call(kern, "expand_nd", out.size, view, out, 1.0, 0.0)
+    copy_strided(kern, view, out)
     return result(out, kern, (x,), backward, saved)
 
 
@@ -61,7 +62,7 @@ def _expand_into(kern: Any, g: Any, dest: Any, beta: float) -> None:
     if len(dest.shape) == 0:
         kernels.call(kern, "axpby", 1, 1.0, g, beta, dest)
     else:
-        kernels.call(kern, "expand_nd", dest.size, g, dest, 1.0, beta)
+        copy_strided(kern, g, dest, 1.0, beta)
 
 
 def _writable(view: np.ndarray) -> None:
@@ -283,6 +284,6 @@ def _broadcast_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     dest, beta = ctx.dest(x)
     if gout is None:
         gout = ones(kern, shape, dtype)
-    lead = len(gout.shape) - x.ndim
-    kernels.call(kern, "sum_to_nd", gout.size, gout,
-                 reshaped(dest, (1,) * lead + tuple(dest.shape)), 1.0, beta)
+    # collapsed first: any rank, 0-d included, on both devices
+    reduce_into(kern, contiguous_array(kern, gout), dest, scalar_of(dtype, 1.0),
+                scalar_of(dtype, beta))
