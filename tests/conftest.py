@@ -76,6 +76,14 @@ class Dev:
         return self.name
 
 
+def cuda_dev() -> Dev:
+    """The "cuda" Dev, for tests of CUDA-only behaviour (launch counts, device
+    index arrays); skips where CUDA is unusable."""
+    if not ng.cuda_available():
+        pytest.skip("CUDA unusable here: " + str(ng.kernels.cuda_unavailable_reason()))
+    return Dev("cuda")
+
+
 @pytest.fixture(params=["cpu", "cuda"])
 def dev(request) -> Dev:
     if request.param == "cuda" and not ng.cuda_available():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import numbagrad as ng
+from conftest import cuda_dev
 from test_shape_nd import compare_with_torch, flat_loss
 
 IDX = np.array([[2, 0], [2, -1]])   # repeated and negative indices
@@ -79,9 +80,8 @@ def test_embedding_gradient_equals_torch_nn_embedding(dev):
                                atol=1e-12)
 
 
-def test_device_array_indices_on_cuda(dev):
-    if dev.name != "cuda":
-        pytest.skip("Numba device arrays of indices are CUDA's")
+def test_device_array_indices_on_cuda():
+    dev = cuda_dev()
     from numba import cuda
     idx = np.array([3, 0, 3])
     E = dev.param(np.arange(12.0).reshape(4, 3))
@@ -174,9 +174,8 @@ def test_bad_indices_raise_before_anything_runs(dev):
     assert x.grad is None
 
 
-def test_cuda_launch_counts(dev):
-    if dev.name != "cuda":
-        pytest.skip("counts CUDA launches")
+def test_cuda_launch_counts():
+    dev = cuda_dev()
     E = dev.param(np.ones((5, 3)))
     for f, forward in [(lambda t: t[np.array([1, 1, 4])], 1), (lambda t: t[1:, ::2], 1),
                        (lambda t: t[2], 0), (lambda t: ng.gather(t, 0, np.zeros((2, 3), int)), 1)]:
