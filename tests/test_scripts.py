@@ -254,3 +254,18 @@ def test_train_dp_defaults_converge_in_one_process(tmp_path, optimizer):
     assert result["losses"][-1] * 10 <= result["losses"][0]
     assert result["final_loss"] == pytest.approx(result["reference_final_loss"], rel=1e-9)
     assert "single-process full-batch final loss" in run.stdout
+
+
+def test_compare_versions_times_two_trees_interleaved():
+    # the same tree twice: every row is reported with both timings and a ratio
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_versions.py"),
+                          str(ROOT), str(ROOT), "--rounds", "2", "--quick"],
+                         capture_output=True, text=True, timeout=600, check=False,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line.split() for line in run.stdout.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["tiny/sgd/eager", "tiny/sgd/compiled"]
+    for r in rows:
+        old, new = (float(v) for v in r[1].split("/")[0:1] + r[2].split("/")[0:1])
+        assert old > 0 and new > 0 and float(r[3].rstrip(",")) == pytest.approx(new / old,
+                                                                                 rel=1e-2)
