@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from types import ModuleType
 from typing import Any
 
@@ -123,18 +124,12 @@ def reshaped(array: Any, shape: tuple) -> Any:
 
 def permuted(array: Any, axes: tuple) -> Any:
     """``array.transpose(axes)`` as a strided view on either device (a Numba
-    device array's own ``transpose`` takes 2-D arrays only); like
-    ``reshaped``, the view keeps ``array`` referenced."""
+    device array's own ``transpose`` takes 2-D arrays only, and copies); the
+    device view keeps ``array`` referenced, as ``reshaped``'s does."""
     if isinstance(array, np.ndarray):
         return array.transpose(axes)
-    if hasattr(array, "gpu_data"):
-        view = type(array)(tuple(array.shape[a] for a in axes),
-                           tuple(array.strides[a] for a in axes), array.dtype,
-                           gpu_data=array.gpu_data)
-    else:                                 # the CUDA simulator's arrays
-        view = array.transpose(axes)
-    view._numbagrad_base = array
-    return view
+    return kernels.get("cuda").as_strided(array, tuple(array.shape[a] for a in axes),
+                                          tuple(array.strides[a] for a in axes), 0)
 
 
 def view2d(array: Any) -> Any:
@@ -270,6 +265,19 @@ def mean_scale(count: int) -> float:
     """1 / count, the scale of a mean: nan over nothing (the kernels' empty
     sum, 0, times nan), as PyTorch and NumPy."""
     return 1.0 / count if count else math.nan
+
+
+def axis_of(axis: Any, ndim: int, op: str, what: str = "axis") -> int:
+    """``axis`` in [-ndim, ndim) as a non-negative int; else NumPy's
+    ``AxisError`` (an IndexError, as PyTorch raises, and a ValueError)."""
+    try:
+        a = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{op}: {what} must be an integer, got {axis!r}") from None
+    if not -ndim <= a < ndim:
+        raise np.exceptions.AxisError(f"{op}: {what} {a} is out of range for a tensor of "
+                                      f"{ndim} dims (expected [{-ndim}, {ndim - 1}])")
+    return a % ndim
 
 
 def axes_of(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:

@@ -27,8 +27,8 @@ from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import copy_strided, describe, ones, operand, reshaped, result
-from .shape import _axis, _view, _viewed
+from ._common import axis_of, copy_strided, describe, ones, operand, reshaped, result
+from .shape import _view, _viewed
 
 
 # ------------------------------------------------------------ helpers
@@ -240,7 +240,7 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
     x = operand(x, op)
     if x.ndim == 0:
         raise ValueError(f"{op}: needs a tensor of at least 1 dim, got {describe(x)}")
-    a = _axis(axis, x.ndim, op)
+    a = axis_of(axis, x.ndim, op)
     kern = x._kern
     shape = tuple(np.shape(index)) if not (kern.name != "cpu" and kern.is_device_array(index)) \
         else tuple(index.shape)

@@ -16,9 +16,9 @@ import numpy as np
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import copy_strided, is_scalar, ones, operand, pair, reshaped, result
+from ._common import axis_of, copy_strided, is_scalar, ones, operand, pair, reshaped, result
 from .indexing import getitem
-from .shape import _axis, _expand_into, _view
+from .shape import _expand_into, _view
 
 
 def _tensors(tensors: Any, op: str) -> list[Tensor]:
@@ -40,7 +40,7 @@ def concatenate(tensors: Any, axis: int = 0) -> Tensor:
     ndim = ts[0].ndim
     if ndim == 0:
         raise ValueError("concatenate: 0-d tensors cannot be concatenated (use stack)")
-    a = _axis(axis, ndim, "concatenate")
+    a = axis_of(axis, ndim, "concatenate")
     for i, t in enumerate(ts):
         if t.ndim != ndim or t.shape[:a] + t.shape[a + 1:] != ts[0].shape[:a] + \
                 ts[0].shape[a + 1:]:
@@ -62,7 +62,7 @@ def stack(tensors: Any, axis: int = 0) -> Tensor:
         if t.shape != ts[0].shape:
             raise ValueError(f"stack: tensor {i} has shape {t.shape} but tensor 0 has "
                              f"{ts[0].shape}: all must match")
-    a = _axis(axis, ts[0].ndim + 1, "stack")
+    a = axis_of(axis, ts[0].ndim + 1, "stack")
     kern = ts[0]._kern
     pieces = [_view(kern, t._data, lambda d: np.expand_dims(d, a)) for t in ts]
     return _join(ts, a, pieces, "stack")
@@ -113,7 +113,7 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     x = operand(x, "split")
     if x.ndim == 0:
         raise ValueError("split: a 0-d tensor cannot be split")
-    a = _axis(axis, x.ndim, "split")
+    a = axis_of(axis, x.ndim, "split")
     n = x.shape[a]
     if isinstance(indices_or_sections, numbers.Integral):
         parts = operator.index(indices_or_sections)

@@ -11,27 +11,17 @@ none), so a tensor never leaves the graph silently. ``np.asarray(t)`` and
 from __future__ import annotations
 
 import inspect
-import operator
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..tensor import Tensor
+from ._common import axis_of
 
 
 def _flat(x: Any) -> Any:
     return _op("reshape")(x, -1)
-
-
-def _axis(axis: Any, ndim: int, fn: str) -> int:
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"numpy.{fn}: axis must be an integer, got {axis!r}") from None
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"numpy.{fn}: axis {axis} is out of range for {ndim} dims")
-    return axis % ndim
 
 
 def _concatenate(fn, arrays, axis=0):
@@ -51,7 +41,7 @@ def _split(fn, ary, indices_or_sections, axis=0):
 def _take(fn, a, indices, axis=None):
     if axis is None:
         return fn(_flat(a), indices)
-    return fn(a, (slice(None),) * _axis(axis, np.ndim(a), "take") + (indices,))
+    return fn(a, (slice(None),) * axis_of(axis, np.ndim(a), "numpy.take") + (indices,))
 
 
 def _take_along_axis(fn, arr, indices, axis=-1):
@@ -91,7 +81,7 @@ def _squeeze(fn, a, axis=None):
 def _expand_dims(fn, a, axis):
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     n = np.ndim(a) + len(axes)
-    where = sorted(_axis(x, n, "expand_dims") for x in axes)
+    where = sorted(axis_of(x, n, "numpy.expand_dims") for x in axes)
     if len(set(where)) != len(where):
         raise ValueError(f"numpy.expand_dims: repeated axis in {axis!r}")
     for x in where:     # in increasing order, each lands where it is asked

@@ -20,8 +20,8 @@ import numpy as np
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor, _seen, _wrappers
-from ._common import (contiguous, contiguous_array, copy_strided, describe, ones, operand,
-                      reduce_into, reshaped, result, scalar_of)
+from ._common import (axis_of, contiguous, contiguous_array, copy_strided, describe, ones,
+                      operand, reduce_into, reshaped, result, scalar_of)
 
 
 # ------------------------------------------------------------ views
@@ -82,18 +82,6 @@ def _view_of(x: Tensor, out: Tensor) -> Tensor:
     return out
 
 
-def _axis(axis: Any, ndim: int, op: str, what: str = "axis") -> int:
-    """``axis`` in [-ndim, ndim) as a non-negative int, or an IndexError."""
-    try:
-        a = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{op}: {what} must be an integer, got {axis!r}") from None
-    if not -ndim <= a < ndim:
-        raise IndexError(f"{op}: {what} {a} is out of range for a tensor of {ndim} dims "
-                         f"(expected [{-ndim}, {ndim - 1}])")
-    return a % ndim
-
-
 def _dims(args: tuple) -> tuple:
     """``f(x, 1, 0)`` and ``f(x, (1, 0))`` alike."""
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
@@ -106,7 +94,7 @@ def permute(x: Any, *dims: Any) -> Tensor:
     transpose)."""
     x = operand(x, "permute")
     dims = _dims(dims)
-    perm = tuple(_axis(d, x.ndim, "permute", "dim") for d in dims) if x.ndim else dims
+    perm = tuple(axis_of(d, x.ndim, "permute", "dim") for d in dims) if x.ndim else dims
     if len(dims) != x.ndim or sorted(perm) != list(range(x.ndim)):
         raise ValueError(f"permute: dims {dims} are not a permutation of the {x.ndim} dims "
                          f"of a tensor of {describe(x)}")
@@ -134,8 +122,8 @@ def transpose(x: Any, dim0: int = -2, dim1: int = -1) -> Tensor:
     for 2-D on CUDA (a GEMM reads it through its transpose flag), else on
     CUDA a copy. Needs 2 dims for the defaults, as PyTorch."""
     x = operand(x, "transpose")
-    a = _axis(dim0, max(x.ndim, 1), "transpose", "dim0")
-    b = _axis(dim1, max(x.ndim, 1), "transpose", "dim1")
+    a = axis_of(dim0, max(x.ndim, 1), "transpose", "dim0")
+    b = axis_of(dim1, max(x.ndim, 1), "transpose", "dim1")
     perm = list(range(x.ndim))
     if x.ndim:
         perm[a], perm[b] = perm[b], perm[a]
@@ -207,7 +195,7 @@ def flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     0-d tensor becomes 1-D); a view when the data is C-contiguous, else a copy."""
     x = operand(x, "flatten")
     n = max(x.ndim, 1)
-    a, b = _axis(start_dim, n, "flatten", "start_dim"), _axis(end_dim, n, "flatten", "end_dim")
+    a, b = axis_of(start_dim, n, "flatten", "start_dim"), axis_of(end_dim, n, "flatten", "end_dim")
     if a > b:
         raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} "
                          f"for a tensor of {describe(x)}")
@@ -223,7 +211,7 @@ def squeeze(x: Any, axis: Any = None) -> Tensor:
     if axis is None:
         axes = tuple(d for d, n in enumerate(x.shape) if n == 1)
     else:
-        axes = tuple(_axis(a, x.ndim, "squeeze") for a in
+        axes = tuple(axis_of(a, x.ndim, "squeeze") for a in
                      (axis if isinstance(axis, (tuple, list)) else (axis,)))
         bad = [a for a in axes if x.shape[a] != 1]
         if bad:
@@ -236,7 +224,7 @@ def unsqueeze(x: Any, axis: int) -> Tensor:
     """``torch.unsqueeze``: a size-1 dim inserted at ``axis`` (in
     [-ndim - 1, ndim]). A view (on CUDA a copy when the data is strided)."""
     x = operand(x, "unsqueeze")
-    a = _axis(axis, x.ndim + 1, "unsqueeze")
+    a = axis_of(axis, x.ndim + 1, "unsqueeze")
     return _viewed(x, lambda d: np.expand_dims(d, a), _reshape_backward)
 
 
