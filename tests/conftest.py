@@ -124,6 +124,40 @@ def assert_grads_like_torch(name: str, params: list, torch_inputs: list, grads, 
                                    err_msg=f"{name}: gradient of input {i}")
 
 
+def matches_torch(f, g, arrays, dev: Dev | None = None, name: str = "", rtol: float = 1e-9,
+                  atol: float = 1e-12) -> None:
+    """``f`` on numbagrad params holding ``arrays`` (on ``dev``, default the
+    CPU) against ``g`` on torch tensors: the values, and every input's
+    gradient of a loss that weighs each output element on its own."""
+    import torch   # here, not at the top: most test files never need it
+    ps = [ng.param(a) if dev is None else dev.param(a) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    want = g(*ts)
+    weights = np.random.default_rng(1).normal(size=tuple(want.shape))
+    with ng.grad_tape():
+        out = f(*ps)
+        loss = weighted_sum(out, ng.tensor(weights) if dev is None else dev.tensor(weights))
+    assert out.shape == tuple(want.shape), name
+    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=rtol, atol=atol,
+                               err_msg=name)
+    grads = ng.backward(loss)
+    (want * torch.tensor(weights)).sum().backward()
+    assert_grads_like_torch(name, ps, ts, grads, rtol=rtol, atol=atol)
+
+
+def cuda_launches(f, x) -> tuple[int, int]:
+    """CUDA launches of ``out = f(x)`` recorded on a tape, and of its node's
+    backward given a gradient of ones (the op alone, no seed)."""
+    before = ng.cuda.launch_count()
+    with ng.grad_tape():
+        out = f(x)
+    forward = ng.cuda.launch_count() - before
+    ctx = ng.tape._Backward(collect=True)
+    before = ng.cuda.launch_count()
+    out._node.backward(ctx, out._node, ng.kernels.get("cuda").from_host(np.ones(out.shape)))
+    return forward, ng.cuda.launch_count() - before
+
+
 def run_threads(work, n: int) -> list:
     """``work(i)`` in n threads ("trainer-0", ...) switching as often as the
     interpreter allows; the (i, exception) pairs they raised."""

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import numbagrad as ng
 from numbagrad import kernels
-from conftest import assert_grads_like_torch, inputs
+from conftest import inputs, matches_torch
 
 MATMUL = [   # (shape of a, shape of b): ranks 1 to 5, broadcast batch dims, size 0 and 1
     ((2, 3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)),
@@ -30,24 +30,9 @@ def loss_of(out, weights):
     return (out.reshape(-1) * weights.reshape(-1)).sum()
 
 
-def check_like_torch(name, arrays, f, g):
-    ps = [ng.param(a) for a in arrays]
-    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
-    want = g(*ts)
-    weights = np.random.default_rng(1).normal(size=tuple(want.shape))
-    with ng.grad_tape():
-        out = f(*ps)
-        loss = loss_of(out, ng.tensor(weights))
-    assert out.shape == tuple(want.shape), name
-    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12)
-    grads = ng.backward(loss)
-    (want * torch.tensor(weights)).sum().backward()
-    assert_grads_like_torch(name, ps, ts, grads, rtol=1e-9, atol=1e-12)
-
-
 @pytest.mark.parametrize("sa, sb", MATMUL, ids=[f"{a}@{b}" for a, b in MATMUL])
 def test_matmul_matches_torch(sa, sb):
-    check_like_torch(f"{sa} @ {sb}", inputs([sa, sb]), lambda a, b: a @ b, torch.matmul)
+    matches_torch(lambda a, b: a @ b, torch.matmul, inputs([sa, sb]), name=f"{sa} @ {sb}")
 
 
 @pytest.mark.parametrize("sx, act", LINEAR, ids=[f"{s}-{a}" for s, a in LINEAR])
@@ -55,8 +40,8 @@ def test_linear_matches_torch(sx, act):
     def torch_linear(x, w, b):
         y = F.linear(x, w, b)
         return y if act is None else getattr(torch, act)(y)
-    check_like_torch(f"linear{sx}", inputs([sx, (3, 4), (3,)]),
-                     lambda x, w, b: ng.linear(x, w, b, act), torch_linear)
+    matches_torch(lambda x, w, b: ng.linear(x, w, b, act), torch_linear,
+                  inputs([sx, (3, 4), (3,)]), name=f"linear{sx}")
 
 
 def swapped(p):

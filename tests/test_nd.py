@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import numbagrad as ng
-from conftest import assert_grads_like_torch, inputs, weighted_sum
+from conftest import inputs, matches_torch, weighted_sum
 
 # (shape of a, shape of b): broadcasts that collapse to 2 dims and ones that do not
 BROADCASTS = [((2, 3, 4), (4,)), ((2, 3, 4), (2, 3, 1)), ((2, 3, 4, 5), (3, 1, 5)),
@@ -21,21 +21,9 @@ SHAPES = [(), (1,), (4,), (2, 0), (2, 3, 4), (1, 2, 1, 3), (2, 1, 3, 1, 2)]
 REDUCE_SHAPES = [(2, 3, 4), (2, 3, 4, 5), (1, 2, 0, 3), (3, 1, 2, 1, 2)]
 
 
-def run(dev, f, g, shapes, seed=0, rtol=1e-9, atol=1e-12):
+def run(dev, f, g, shapes):
     """f on numbagrad params of ``shapes`` against g on torch tensors."""
-    arrays = inputs(shapes, seed)
-    ps = [dev.param(a) for a in arrays]
-    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
-    want = g(*ts)
-    weights = np.random.default_rng(seed + 1).normal(size=tuple(want.shape))
-    with ng.grad_tape():
-        out = f(*ps)
-        loss = weighted_sum(out, dev.tensor(weights))
-    assert out.shape == tuple(want.shape)
-    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=rtol, atol=atol)
-    grads = ng.backward(loss)
-    (want * torch.tensor(weights)).sum().backward()
-    assert_grads_like_torch(str(shapes), ps, ts, grads, rtol=rtol, atol=atol)
+    matches_torch(f, g, inputs(shapes), dev, name=str(shapes))
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
