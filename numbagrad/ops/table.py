@@ -126,6 +126,18 @@ OPS: tuple[Op, ...] = (
     Op("ne", select.ne, operators=("__ne__",), numpy=("not_equal",)),
     Op("where", select.where, numpy=("where",)),   # vs torch: tests/test_select.py
     Op("astype", select.astype, method=True),
+    # --- activations
+
+    # --- reductions
+
+    # --- losses
+
+    # --- randomness, dropout and embedding
+
+    # --- convolution and pooling
+
+    # --- normalisation and attention
+
 )
 
 BY_NAME = {op.name: op for op in OPS}

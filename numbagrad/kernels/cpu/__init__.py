@@ -68,4 +68,15 @@ def is_c_contiguous(array) -> bool:
     return array.flags.c_contiguous
 
 
+# Each family's imports under its own heading:
+# N-d strided and fallback kernels
+
+# activations and reductions
+
+# randomness, dropout and embedding
+
+# convolution and pooling
+
+# normalisation and attention
+
 KERNELS = _table(globals(), _NAMES)

@@ -36,4 +36,15 @@ name = "cuda"
 
 # No threaded twins: ``kernels.call`` never reaches MT_MIN here.
 MT_MIN = sys.maxsize
+# Each family's imports under its own heading:
+# N-d strided and fallback kernels
+
+# activations and reductions
+
+# randomness, dropout and embedding
+
+# convolution and pooling
+
+# normalisation and attention
+
 KERNELS = _table(globals(), _NAMES)

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from . import kernels, ops
-from .ops._common import is_scalar
-from .tensor import Tensor, param
+from .. import kernels, ops
+from ..ops._common import is_scalar
+from ..tensor import Tensor, param
 
 __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmoid"]
 
