@@ -376,10 +376,11 @@ class Boundary:
         self.group.set_live(live)
         self.ctl[bk.CLOSING] = 1.0    # the boundary kernel sets it back to 0
 
-    def close(self, lr: float, positions: int) -> bool:
-        """Close the ``.grad`` window now: True when the update was applied. False
-        (a non-finite total) changes nothing that ``Window.close`` reads."""
-        self.arm(lr, positions, self.group.grad_flags())
+    def close(self, lr: float, positions: int, live: tuple | None = None) -> bool:
+        """Close the ``.grad`` window now (``live``: the group's ``grad_flags()``,
+        if the caller has them): True when the update was applied. False (a
+        non-finite total) changes nothing that ``Window.close`` reads."""
+        self.arm(lr, positions, self.group.grad_flags() if live is None else live)
         self.kernel(*self.args)
         return self.applied()
 

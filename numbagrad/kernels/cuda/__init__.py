@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from .. import NAMES as _NAMES
+from .. import split as _split
 from .. import table as _table
 from ._core import (MAX_BLOCKS, THREADS, TILE, WPT, empty, from_host,  # noqa: F401
                     is_c_contiguous, is_device_array, kernel_sources, launch_count,
@@ -48,3 +49,4 @@ MT_MIN = sys.maxsize
 # normalisation and attention
 
 KERNELS = _table(globals(), _NAMES)
+KERNEL_FNS = _split(KERNELS)
