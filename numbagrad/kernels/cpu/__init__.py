@@ -74,6 +74,7 @@ def is_c_contiguous(array) -> bool:
 # activations and reductions
 
 # randomness, dropout and embedding
+from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
 
 # convolution and pooling
 
