@@ -66,7 +66,7 @@ def _dropout_backward_source(config: Config, dtype):
                                           array_type(dt, 2, "A"), float64, int64))
 def _embedding_backward_source(config: Config, dtype):
     def embedding_backward_kernel(g, index, dest, beta, padding):
-        rows, cols, m = dest.shape[0], dest.shape[1], g.shape[0]
+        cols, m = dest.shape[1], g.shape[0]
         k = cuda.grid(1)
         stride = cuda.gridsize(1)
         while k < dest.size:
