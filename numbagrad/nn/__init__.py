@@ -457,6 +457,16 @@ def _checked_module(module: Any, where: str) -> Module:
     return module
 
 
+def _checked_key(owner: Module, key: Any) -> None:
+    """A submodule name PyTorch accepts: a non-empty string without ".", not
+    already another attribute of ``owner``."""
+    where = type(owner).__name__
+    if not isinstance(key, str) or not key or "." in key:
+        raise KeyError(f"{where}: a key is a non-empty string without '.', got {key!r}")
+    if key not in owner._modules and hasattr(owner, key):
+        raise KeyError(f"{where}: attribute {key!r} already exists")
+
+
 class ModuleList(Module):
     """Submodules in a list, registered as "0", "1", ... (PyTorch's names);
     indexable (a slice gives a ModuleList), iterable, with ``append``,
@@ -526,9 +536,9 @@ class ModuleList(Module):
 class ModuleDict(Module):
     """Submodules by string key, in insertion order (``state_dict`` names are
     ``key.weight``...); a mapping with ``keys``, ``values``, ``items``,
-    ``update``, ``pop`` and ``clear``. A key may be any name without "."
-    (the modules are reached by ``md[key]``, or ``md.key`` when no attribute
-    has that name). It has no ``forward``."""
+    ``update``, ``pop`` and ``clear``. As in PyTorch a key is a name
+    without "." that is no attribute of the module (``"train"`` is refused);
+    ``md[key]`` and ``md.key`` reach it. It has no ``forward``."""
 
     def __init__(self, modules: Any = None) -> None:
         super().__init__()
@@ -543,8 +553,7 @@ class ModuleDict(Module):
                 from None
 
     def __setitem__(self, key: str, module: Module) -> None:
-        if not isinstance(key, str) or not key or "." in key:
-            raise KeyError(f"ModuleDict: a key is a non-empty string without '.', got {key!r}")
+        _checked_key(self, key)
         self._modules[key] = _checked_module(module, f"ModuleDict[{key!r}]")
 
     def __delitem__(self, key: str) -> None:
@@ -579,9 +588,7 @@ class ModuleDict(Module):
                 raise ValueError(f"ModuleDict.update: expected (key, module) pairs, got "
                                  f"{pair!r}")
             _checked_module(pair[1], f"ModuleDict.update: {pair[0]!r}")
-            if not isinstance(pair[0], str) or not pair[0] or "." in pair[0]:
-                raise KeyError(f"ModuleDict: a key is a non-empty string without '.', got "
-                               f"{pair[0]!r}")
+            _checked_key(self, pair[0])
         for key, module in pairs:
             self[key] = module
 
