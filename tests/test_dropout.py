@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import numbagrad as ng
+from numbagrad.compile import GraphChangedError
 from conftest import cuda_dev, cuda_launches
 
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float64: dict(rtol=1e-9, atol=1e-12)}
@@ -146,6 +147,16 @@ def test_a_numpy_generator_is_the_callers_and_leaves_ngs_alone():
     np.testing.assert_array_equal(layer(x).numpy(), a)
     assert not np.array_equal(layer(x).numpy(), a)     # the generator advanced
     assert ng.random.get_state() == before
+
+
+def test_a_compiled_step_refuses_a_numpy_generators_host_draw(tmp_path):
+    W, gen = ng.param(np.ones((2, 3))), np.random.default_rng(0)
+    step = ng.compile(lambda x: ng.dropout(W @ x, 0.5, generator=gen).sum(),
+                      cache_dir=str(tmp_path))
+    x = ng.tensor(np.ones((3, 4)))
+    step(x)
+    with pytest.raises(GraphChangedError, match="created inside fn"):
+        step(x)
 
 
 # ------------------------------------------------------------ training loops

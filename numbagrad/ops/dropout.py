@@ -34,8 +34,9 @@ def dropout(x: Any, p: float = 0.5, training: bool = True, *,
     ``ng.random.get_state``), advanced on the device by every call, so
     compiled steps draw fresh masks too. ``generator=`` (a NumPy Generator)
     draws the call's seed from it on the host instead: that generator is the
-    caller's to save and restore, and ``ng.compile`` cannot replay such a
-    host-side draw (use ``ng.manual_seed`` in compiled steps)."""
+    caller's to save and restore. A compiled step (``ng.compile``) cannot
+    replay such a host-side draw, so its first verification call raises
+    ``GraphChangedError``: compiled steps use numbagrad's generator."""
     op = "dropout"
     x = operand(x, op)
     if not is_scalar(p) or not 0.0 <= p <= 1.0:
