@@ -13,7 +13,9 @@ recorded kernel reads the counter anew each time, and eager and compiled runs
 from one seed draw the same bits on the CPU. The devices keep separate
 counters, so CPU and CUDA masks differ. Until ``manual_seed`` is called the
 seed is PyTorch's default seed, 67280421310721 (runs are repeatable, as
-PyTorch's are).
+PyTorch's are). One generator serves the whole process: threads that run
+dropout at the same moment may draw one mask twice, so give each thread its
+own ``generator=`` (a NumPy Generator) where that matters.
 """
 from __future__ import annotations
 

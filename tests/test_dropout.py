@@ -241,9 +241,12 @@ def test_a_run_resumed_mid_window_continues_bit_identically(tmp_path):
 def test_cuda_dropout_one_launch_each_way_and_the_counter_advances_once():
     dev = cuda_dev()
     x = dev.param(np.ones((5, 7), np.float32))        # several blocks of the simulator's grid
+    ng.dropout(x, 0.5)                                  # the device's state array exists now
     ng.manual_seed(4)
     before = counter("cuda")
+    copies = ng.cuda.transfer_count()
     assert cuda_launches(lambda t: ng.dropout(t, 0.5), x) == (1, 1)
+    assert ng.cuda.transfer_count() == copies + 1      # cuda_launches' gradient upload only
     assert counter("cuda") == before + 1
     a, b = ng.dropout(x, 0.5).numpy(), ng.dropout(x, 0.5).numpy()
     assert counter("cuda") == before + 3 and not np.array_equal(a, b)

@@ -1,10 +1,12 @@
-"""Layers in PyTorch's ``nn.Module`` style: ``Module``, ``Linear``, ``Sequential``
-and the activations.
+"""Layers in PyTorch's ``nn.Module`` style: ``Module``, ``Linear``, ``Sequential``,
+the activations, ``Identity``, ``Flatten``, ``Dropout``, ``Embedding``,
+``ModuleList``, ``ModuleDict``; initialisers in ``nn.init``.
 
-Assigning a param or a module to a module's attribute registers it, so
-``named_parameters()`` and ``state_dict()`` use PyTorch's names
-(``0.weight``, ``0.bias``, ``2.weight``...) and a PyTorch state dict's arrays
-load into the same architecture.
+Assigning a param or a module to a module's attribute registers it, and
+``register_buffer`` registers non-param state, so ``named_parameters()``,
+``named_buffers()`` and ``state_dict()`` use PyTorch's names (``0.weight``,
+``0.bias``, ``2.weight``..., buffers after their module's params) and a
+PyTorch state dict's arrays load into the same architecture.
 """
 from __future__ import annotations
 
