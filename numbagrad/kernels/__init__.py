@@ -41,7 +41,7 @@ NAMES += ()   # N-d strided and fallback kernels
 
 NAMES += ()   # activations and reductions
 
-NAMES += ()   # randomness, dropout and embedding
+NAMES += ("dropout", "dropout_backward", "embedding_backward")   # randomness, dropout and embedding
 
 NAMES += ()   # convolution and pooling
 

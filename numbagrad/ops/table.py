@@ -19,6 +19,7 @@ from ..kernels import scalar as codes
 from ..tensor import Tensor
 from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
+from . import dropout as random_ops   # randomness, dropout and embedding
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,9 @@ OPS: tuple[Op, ...] = (
     # --- losses
 
     # --- randomness, dropout and embedding
+    # (random masks and integer indices: tests/test_dropout.py, tests/test_nn_modules.py)
+    Op("dropout", random_ops.dropout),
+    Op("embedding", random_ops.embedding),
 
     # --- convolution and pooling
 

@@ -77,6 +77,7 @@ is_c_contiguous = operator.attrgetter("flags.c_contiguous")
 # activations and reductions
 
 # randomness, dropout and embedding
+from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
 
 # convolution and pooling
 

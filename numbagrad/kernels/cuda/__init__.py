@@ -43,6 +43,7 @@ MT_MIN = sys.maxsize
 # activations and reductions
 
 # randomness, dropout and embedding
+from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
 
 # convolution and pooling
 
