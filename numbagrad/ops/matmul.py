@@ -13,6 +13,7 @@ from typing import Any
 from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
+from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (broadcast_into, contiguous, describe, is_scalar, ones, pair, permuted,
                       reduce_into, reshaped, result, scalar_of)
@@ -62,7 +63,11 @@ def matmul(a: Any, b: Any) -> Tensor:
                 and kern.is_c_contiguous(bd):
             out = buffers.take(kern, (sa[0], sb[1]), ad.dtype)
             kernels.call(kern, "gemm", 0, ad, bd, out, 0, 0, 1.0, 0.0)
-            return result(out, kern, (a, b), _matmul_backward, (ad, 0, bd, 0, None))
+            # result(out, kern, (a, b), _matmul_backward, saved), inline
+            if (a.requires_grad or b.requires_grad) and _tape_state.depth > 0:
+                return Tensor(out, kern, True,
+                              Node(_matmul_backward, (a, b), (ad, 0, bd, 0, None)), out)
+            return Tensor(out, kern, False, None, out)
     return _matmul_checked(a, b)
 
 
@@ -224,7 +229,7 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     # view of a device array does not reference its parent, so the pool
     # would see g idle and could hand it out as a destination below.
     g = ones(kern, o2, ad.dtype) if gout is None else gout
-    g2 = _as_matrix(g, o2)
+    g2 = g if g.shape == o2 else reshaped(g, o2)
     if a.requires_grad:   # dA = G @ op(B)^T
         dest, beta = ctx.dest(a)
         kernels.call(kern, "gemm", 0, g2, bm, dest if a2 is None else _as_matrix(dest, a2), 0,
