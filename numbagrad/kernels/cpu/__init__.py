@@ -76,6 +76,8 @@ def is_c_contiguous(array) -> bool:
 # randomness, dropout and embedding
 
 # convolution and pooling
+from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d,  # noqa: F401
+                   avg_pool2d_backward, col2im, im2col, max_pool2d, max_pool2d_backward)
 
 # normalisation and attention
 
