@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import ops
-from ..ops.conv import ints
+from ..ops.conv import _ints
 from ..tensor import Tensor, param
 from . import Module
 
@@ -36,15 +36,15 @@ class _ConvNd(Module):
         if padding_mode != "zeros":
             raise NotImplementedError(f"{name}: padding_mode={padding_mode!r} is not "
                                       "supported (only 'zeros')")
-        kernel = ints(kernel_size, self.rank, name, "kernel_size", 1)
+        kernel = _ints(kernel_size, self.rank, name, "kernel_size", 1)
         if not isinstance(padding, str):
-            padding = ints(padding, self.rank, name, "padding", 0)
+            padding = _ints(padding, self.rank, name, "padding", 0)
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size, self.groups = kernel, int(groups)
-        self.stride = ints(stride, self.rank, name, "stride", 1)
-        self.dilation = ints(dilation, self.rank, name, "dilation", 1)
+        self.stride = _ints(stride, self.rank, name, "stride", 1)
+        self.dilation = _ints(dilation, self.rank, name, "dilation", 1)
         self.padding = padding
         fan_in = in_channels // groups * math.prod(kernel)
         bound = 1.0 / math.sqrt(fan_in)

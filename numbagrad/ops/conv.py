@@ -26,7 +26,7 @@ from ._common import (broadcast_into, contiguous, describe, ones, pair, permuted
                       result)
 
 
-def ints(value: Any, n: int, op: str, what: str, minimum: int) -> tuple[int, ...]:
+def _ints(value: Any, n: int, op: str, what: str, minimum: int) -> tuple[int, ...]:
     """``value`` (an int, or a tuple or list of ``n`` ints) as ``n`` ints of at
     least ``minimum``, or a clear error naming the op and the argument."""
     items = tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
@@ -42,7 +42,7 @@ def ints(value: Any, n: int, op: str, what: str, minimum: int) -> tuple[int, ...
     return out
 
 
-def batched(x: Tensor, rank: int, op: str, what: str = "input") -> tuple[Tensor, bool]:
+def _batched(x: Tensor, rank: int, op: str, what: str = "input") -> tuple[Tensor, bool]:
     """(x, whether it has a batch dim): PyTorch's unbatched (C, *spatial) input
     is accepted beside the batched (N, C, *spatial)."""
     if x.ndim not in (rank + 1, rank + 2):
@@ -51,7 +51,7 @@ def batched(x: Tensor, rank: int, op: str, what: str = "input") -> tuple[Tensor,
     return x, x.ndim == rank + 2
 
 
-def as4d(data: Any, shape: tuple, is_batched: bool, rank: int) -> Any:
+def _as4d(data: Any, shape: tuple, is_batched: bool, rank: int) -> Any:
     """C-contiguous ``data`` of ``shape`` as (N, C, H, W): a missing batch dim
     is 1, and a 1-D convolution's length is the width of a height-1 image."""
     if not is_batched:
@@ -64,7 +64,7 @@ def as4d(data: Any, shape: tuple, is_batched: bool, rank: int) -> Any:
 def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
           groups: Any, rank: int, op: str) -> Tensor:
     x, weight = pair(x, weight, op, ("input", "weight"))
-    x, is_batched = batched(x, rank, op)
+    x, is_batched = _batched(x, rank, op)
     if weight.ndim != rank + 2:
         raise ValueError(f"{op}: weight must be {rank + 2}-D (out_channels, in_channels / "
                          f"groups, *kernel_size), got {describe(weight)}")
@@ -87,8 +87,8 @@ def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: A
     kernel = tuple(weight.shape[2:])
     if 0 in kernel:
         raise ValueError(f"{op}: weight {describe(weight)} has an empty kernel")
-    stride = ints(stride, rank, op, "stride", 1)
-    dilation = ints(dilation, rank, op, "dilation", 1)
+    stride = _ints(stride, rank, op, "stride", 1)
+    dilation = _ints(dilation, rank, op, "dilation", 1)
     span = tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))
     if isinstance(padding, str):
         if padding == "valid":
@@ -104,7 +104,7 @@ def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: A
             raise ValueError(f"{op}: padding must be 'same', 'valid', an int or a tuple of "
                              f"{rank} ints, got {padding!r}")
     else:
-        before = after = ints(padding, rank, op, "padding", 0)
+        before = after = _ints(padding, rank, op, "padding", 0)
     size = tuple(x.shape[-rank:])
     padded = tuple(n + b + a for n, b, a in zip(size, before, after))
     if any(p < s for p, s in zip(padded, span)):
@@ -129,7 +129,7 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
         = geometry
     kern, dtype = x._kern, x._data.dtype
     cout = weight.shape[0]
-    x4 = as4d(contiguous(x), x.shape, is_batched, rank)
+    x4 = _as4d(contiguous(x), x.shape, is_batched, rank)
     cols = buffers.take(kern, (channels, kh, kw, n, oh, ow), dtype)
     kernels.call(kern, "im2col", cols.size, x4, cols, sh, sw, ph, pw, dh, dw)
     k_g, length = channels // groups * kh * kw, n * oh * ow
@@ -179,7 +179,7 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         kernels.call(kern, "bgemm", 0, w3, g3, reshaped(dcols, (groups, w3.shape[2], length)),
                      True, False, 1.0, 0.0, 1, 1, 1, groups)
         dest, beta = ctx.dest(x)
-        kernels.call(kern, "col2im", dest.size, dcols, as4d(dest, x.shape, is_batched, rank),
+        kernels.call(kern, "col2im", dest.size, dcols, _as4d(dest, x.shape, is_batched, rank),
                      sh, sw, ph, pw, dh, dw, beta)
 
 

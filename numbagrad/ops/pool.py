@@ -12,21 +12,21 @@ from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import contiguous, describe, ones, operand, result
-from .conv import as4d, batched, ints
+from .conv import _as4d, _batched, _ints
 
 
 def _window(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: Any,
             op: str) -> tuple:
     """The checked operand and window: (x, batched?, (N, C, H, W), kernel,
     stride, padding, dilation, (OH, OW)), PyTorch's floor-mode output size."""
-    x, is_batched = batched(operand(x, op), 2, op)
+    x, is_batched = _batched(operand(x, op), 2, op)
     if ceil_mode:
         raise NotImplementedError(f"{op}: ceil_mode=True is not supported (only PyTorch's "
                                   "default floor mode)")
-    kernel = ints(kernel_size, 2, op, "kernel_size", 1)
-    stride = kernel if stride is None or stride == () else ints(stride, 2, op, "stride", 1)
-    padding = ints(padding, 2, op, "padding", 0)
-    dilation = ints(dilation, 2, op, "dilation", 1)
+    kernel = _ints(kernel_size, 2, op, "kernel_size", 1)
+    stride = kernel if stride is None or stride == () else _ints(stride, 2, op, "stride", 1)
+    padding = _ints(padding, 2, op, "padding", 0)
+    dilation = _ints(dilation, 2, op, "dilation", 1)
     if any(2 * p > k for p, k in zip(padding, kernel)):
         raise ValueError(f"{op}: padding {padding} must be at most half of kernel_size "
                          f"{kernel} (as PyTorch)")
@@ -57,8 +57,8 @@ def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, x.shape[:-2] + (oh, ow), dtype)
     idx = buffers.take(kern, shape4[:2] + (oh, ow), np.int64)
-    out4 = as4d(out, out.shape, is_batched, 2)
-    kernels.call(kern, "max_pool2d", out.size, as4d(contiguous(x), x.shape, is_batched, 2),
+    out4 = _as4d(out, out.shape, is_batched, 2)
+    kernels.call(kern, "max_pool2d", out.size, _as4d(contiguous(x), x.shape, is_batched, 2),
                  out4, idx, kh, kw, sh, sw, ph, pw, dh, dw)
     return result(out, kern, (x,), _max_pool2d_backward,
                   (idx, out.shape, is_batched, (kh, kw, sh, sw, ph, pw, dh, dw)))
@@ -70,8 +70,8 @@ def _max_pool2d_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern = x._kern
     g = ones(kern, out_shape, x._data.dtype) if gout is None else gout
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "max_pool2d_backward", dest.size, as4d(g, g.shape, is_batched, 2), idx,
-                 as4d(dest, x.shape, is_batched, 2), *window, beta)
+    kernels.call(kern, "max_pool2d_backward", dest.size, _as4d(g, g.shape, is_batched, 2), idx,
+                 _as4d(dest, x.shape, is_batched, 2), *window, beta)
 
 
 # ------------------------------------------------------------ avg_pool2d
@@ -90,8 +90,8 @@ def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
     include = bool(count_include_pad)
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, x.shape[:-2] + (oh, ow), dtype)
-    kernels.call(kern, "avg_pool2d", out.size, as4d(contiguous(x), x.shape, is_batched, 2),
-                 as4d(out, out.shape, is_batched, 2), kh, kw, sh, sw, ph, pw, include)
+    kernels.call(kern, "avg_pool2d", out.size, _as4d(contiguous(x), x.shape, is_batched, 2),
+                 _as4d(out, out.shape, is_batched, 2), kh, kw, sh, sw, ph, pw, include)
     return result(out, kern, (x,), _avg_pool2d_backward,
                   (out.shape, is_batched, (kh, kw, sh, sw, ph, pw, include)))
 
@@ -102,8 +102,8 @@ def _avg_pool2d_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern = x._kern
     g = ones(kern, out_shape, x._data.dtype) if gout is None else gout
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "avg_pool2d_backward", dest.size, as4d(g, g.shape, is_batched, 2),
-                 as4d(dest, x.shape, is_batched, 2), *window, beta)
+    kernels.call(kern, "avg_pool2d_backward", dest.size, _as4d(g, g.shape, is_batched, 2),
+                 _as4d(dest, x.shape, is_batched, 2), *window, beta)
 
 
 # --------------------------------------------------- adaptive_avg_pool2d
@@ -112,19 +112,19 @@ def adaptive_avg_pool2d(x: Any, output_size: Any) -> Tensor:
     (C, H, W): output (OH, OW) (an int, or a pair whose None keeps that input
     size); window i spans rows floor(i*H/OH) to ceil((i+1)*H/OH)."""
     op = "adaptive_avg_pool2d"
-    x, is_batched = batched(operand(x, op), 2, op)
+    x, is_batched = _batched(operand(x, op), 2, op)
     items = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,) * 2
     if len(items) != 2:
         raise TypeError(f"{op}: output_size must be an int or a pair, got {output_size!r}")
     size = tuple(x.shape[-2:])
-    out_hw = ints(tuple(n if v is None else v for v, n in zip(items, size)), 2, op,
+    out_hw = _ints(tuple(n if v is None else v for v, n in zip(items, size)), 2, op,
                   "output_size", 1)
     if 0 in size:
         raise ValueError(f"{op}: input {describe(x)} has an empty spatial dim")
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, x.shape[:-2] + out_hw, dtype)
     kernels.call(kern, "adaptive_avg_pool2d", out.size,
-                 as4d(contiguous(x), x.shape, is_batched, 2), as4d(out, out.shape, is_batched, 2))
+                 _as4d(contiguous(x), x.shape, is_batched, 2), _as4d(out, out.shape, is_batched, 2))
     return result(out, kern, (x,), _adaptive_backward, (out.shape, is_batched))
 
 
@@ -135,5 +135,5 @@ def _adaptive_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     g = ones(kern, out_shape, x._data.dtype) if gout is None else gout
     dest, beta = ctx.dest(x)
     kernels.call(kern, "adaptive_avg_pool2d_backward", dest.size,
-                 as4d(g, g.shape, is_batched, 2), as4d(dest, x.shape, is_batched, 2), beta)
+                 _as4d(g, g.shape, is_batched, 2), _as4d(dest, x.shape, is_batched, 2), beta)
 
