@@ -118,6 +118,7 @@ BAD = [
     (lambda x, w: ng.conv2d(x, w, ng.param(np.zeros(3))), ValueError, "bias"),
     (lambda x, w: ng.conv2d(x, w.astype(np.float32)), TypeError, "dtypes differ"),
     (lambda x, w: ng.conv1d(x, w), ValueError, "conv1d: input must be 2-D"),
+    (lambda x, w: ng.conv2d(x[..., :0], w, padding=2), ValueError, "empty spatial dim"),
 ]
 
 
@@ -132,6 +133,19 @@ def test_bad_input_raises_before_anything_changes(case):
     assert ("conv2d" in str(info.value)) or ("conv1d" in str(info.value))
     assert x.grad is None and w.grad is None
     assert np.all(x.numpy() == 1) and np.all(w.numpy() == 1)
+
+
+def test_operands_on_two_devices_raise():
+    dev = cuda_dev()
+    x, w = inputs([(1, 2, 3, 3), (2, 2, 2, 2)])
+    with pytest.raises(ValueError, match="conv2d: operands are on different devices"):
+        ng.conv2d(ng.param(x), dev.param(w))
+
+
+def test_an_empty_batch_gives_zero_gradients_as_torch():
+    x, w, b = inputs([(0, 2, 4, 4), (3, 2, 3, 3), (3,)])
+    matches_torch(lambda x, w, b: ng.conv2d(x, w, b, padding=1),
+                  lambda x, w, b: F.conv2d(x, w, b, padding=1), [x, w, b], name="empty batch")
 
 
 # ------------------------------------------------------------ accumulation

@@ -106,6 +106,9 @@ def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: A
     else:
         before = after = _ints(padding, rank, op, "padding", 0)
     size = tuple(x.shape[-rank:])
+    if 0 in size:
+        raise ValueError(f"{op}: input {describe(x)} has an empty spatial dim (only the batch "
+                         "dim may be 0)")
     padded = tuple(n + b + a for n, b, a in zip(size, before, after))
     if any(p < s for p, s in zip(padded, span)):
         raise ValueError(f"{op}: input {describe(x)} is too small: its padded size {padded} "

@@ -24,7 +24,8 @@ def _window(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any, 
         raise NotImplementedError(f"{op}: ceil_mode=True is not supported (only PyTorch's "
                                   "default floor mode)")
     kernel = _ints(kernel_size, 2, op, "kernel_size", 1)
-    stride = kernel if stride is None or stride == () else _ints(stride, 2, op, "stride", 1)
+    empty = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)
+    stride = kernel if empty else _ints(stride, 2, op, "stride", 1)
     padding = _ints(padding, 2, op, "padding", 0)
     dilation = _ints(dilation, 2, op, "dilation", 1)
     if any(2 * p > k for p, k in zip(padding, kernel)):
