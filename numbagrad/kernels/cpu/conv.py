@@ -2,11 +2,10 @@
 
 A convolution is ``im2col`` (every input patch as a column) followed by the
 GEMM kernels; its input gradient is a GEMM into columns and ``col2im``,
-which adds each input element's columns back up. The pooling kernels run
-one output (or, for the gradients, one input) element at a time; each
-gradient is a gather over the windows that contain the element, in
-increasing window order, the order of the CUDA kernels, so no two writes
-meet and both devices add in the same order. Sums run in float64.
+which adds each input element's columns back up. The gradients scatter-add
+into a float64 scratch in increasing (kernel offset or window) order, then
+write dest once; the CUDA kernels gather per element in that same order, so
+both devices add in the same order. Sums run in float64.
 """
 from __future__ import annotations
 
@@ -39,6 +38,18 @@ def im2col(x, cols, sh, sw, ph, pw, dh, dw):
                             row[ow] = x[n, c, h, w] if 0 <= w < W else 0.0
 
 
+@njit(error_model="numpy", inline="always")
+def _store(acc, dest, b):
+    """dest = acc + b * dest (b == 0: dest is never read), acc float64 of dest's shape."""
+    N, C, H, W = dest.shape
+    for n in range(N):
+        for c in range(C):
+            for h in range(H):
+                for w in range(W):
+                    dest[n, c, h, w] = acc[n, c, h, w] if b == 0 else \
+                        acc[n, c, h, w] + b * dest[n, c, h, w]
+
+
 @njit(cache=True, error_model="numpy")
 def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta):
     """dest = (every column entry im2col read from an element, added up) +
@@ -46,21 +57,21 @@ def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta):
     b = _cast_like(dest, beta)
     C, KH, KW, N, OH, OW = cols.shape
     H, W = dest.shape[2], dest.shape[3]
-    for n in range(N):
-        for c in range(C):
-            for h in range(H):
-                for w in range(W):
-                    acc = 0.0
-                    for i in range(KH):
-                        t = h + ph - i * dh
-                        if t < 0 or t % sh != 0 or t // sh >= OH:
+    acc = np.zeros(dest.shape, np.float64)
+    for c in range(C):
+        for i in range(KH):
+            for j in range(KW):
+                for n in range(N):
+                    for oh in range(OH):
+                        h = oh * sh - ph + i * dh
+                        if h < 0 or h >= H:
                             continue
-                        oh = t // sh
-                        for j in range(KW):
-                            u = w + pw - j * dw
-                            if u >= 0 and u % sw == 0 and u // sw < OW:
-                                acc += cols[c, i, j, n, oh, u // sw]
-                    dest[n, c, h, w] = acc if b == 0 else acc + b * dest[n, c, h, w]
+                        row, plane = cols[c, i, j, n, oh], acc[n, c, h]
+                        for ow in range(OW):
+                            w = ow * sw - pw + j * dw
+                            if 0 <= w < W:
+                                plane[w] += row[ow]
+    _store(acc, dest, b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -103,22 +114,15 @@ def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
     """dest = (g of every window whose max is the element, added up) + beta * dest."""
     b = _cast_like(dest, beta)
     N, C, OH, OW = g.shape
-    H, W = dest.shape[2], dest.shape[3]
+    W = dest.shape[3]
+    acc = np.zeros(dest.shape, np.float64)
     for n in range(N):
         for c in range(C):
-            for h in range(H):
-                for w in range(W):
-                    acc = 0.0
-                    for i in range(kh):
-                        t = h + ph - i * dh
-                        if t < 0 or t % sh != 0 or t // sh >= OH:
-                            continue
-                        for j in range(kw):
-                            u = w + pw - j * dw
-                            if u >= 0 and u % sw == 0 and u // sw < OW \
-                                    and idx[n, c, t // sh, u // sw] == h * W + w:
-                                acc += g[n, c, t // sh, u // sw]
-                    dest[n, c, h, w] = acc if b == 0 else acc + b * dest[n, c, h, w]
+            for oh in range(OH):
+                for ow in range(OW):
+                    at = idx[n, c, oh, ow]
+                    acc[n, c, at // W, at % W] += g[n, c, oh, ow]
+    _store(acc, dest, b)
 
 
 def pool_divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad):
@@ -160,22 +164,17 @@ def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta):
     b = _cast_like(dest, beta)
     N, C, OH, OW = g.shape
     H, W = dest.shape[2], dest.shape[3]
+    acc = np.zeros(dest.shape, np.float64)
     for n in range(N):
         for c in range(C):
-            for h in range(H):
-                for w in range(W):
-                    acc = 0.0
-                    for i in range(kh):
-                        t = h + ph - i
-                        if t < 0 or t % sh != 0 or t // sh >= OH:
-                            continue
-                        for j in range(kw):
-                            u = w + pw - j
-                            if u >= 0 and u % sw == 0 and u // sw < OW:
-                                div = _divisor(t // sh, u // sw, H, W, kh, kw, sh, sw, ph, pw,
-                                               include_pad)[0]
-                                acc += g[n, c, t // sh, u // sw] / div
-                    dest[n, c, h, w] = acc if b == 0 else acc + b * dest[n, c, h, w]
+            for oh in range(OH):
+                for ow in range(OW):
+                    div, h0, w0, h1, w1 = _divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw,
+                                                   include_pad)
+                    for h in range(h0, h1):
+                        for w in range(w0, w1):
+                            acc[n, c, h, w] += g[n, c, oh, ow] / div
+    _store(acc, dest, b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -204,18 +203,14 @@ def adaptive_avg_pool2d_backward(g, dest, beta):
     b = _cast_like(dest, beta)
     N, C, OH, OW = g.shape
     H, W = dest.shape[2], dest.shape[3]
+    acc = np.zeros(dest.shape, np.float64)
     for n in range(N):
         for c in range(C):
-            for h in range(H):
-                for w in range(W):
-                    acc = 0.0
-                    # the windows holding row h lie in [h*OH // H, ceil((h+1)*OH / H))
-                    for oh in range((h * OH) // H, ((h + 1) * OH + H - 1) // H):
-                        h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
-                        if h < h0 or h >= h1:
-                            continue
-                        for ow in range((w * OW) // W, ((w + 1) * OW + W - 1) // W):
-                            w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
-                            if w0 <= w < w1:
-                                acc += g[n, c, oh, ow] / ((h1 - h0) * (w1 - w0))
-                    dest[n, c, h, w] = acc if b == 0 else acc + b * dest[n, c, h, w]
+            for oh in range(OH):
+                h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
+                for ow in range(OW):
+                    w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
+                    for h in range(h0, h1):
+                        for w in range(w0, w1):
+                            acc[n, c, h, w] += g[n, c, oh, ow] / ((h1 - h0) * (w1 - w0))
+    _store(acc, dest, b)

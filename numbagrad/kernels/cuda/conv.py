@@ -1,7 +1,7 @@
 """CUDA convolution and pooling kernels (see ``kernels/cpu/conv.py``): one
 launch each, one thread per written element in a grid-stride loop; the
-gradients gather over the windows of an element in the CPU kernels' order
-(no atomics), summing in float64 as they do.
+gradients gather over the columns or windows of an element in the order the
+CPU kernels add them (no atomics), summing in float64 as they do.
 """
 from __future__ import annotations
 
@@ -128,10 +128,10 @@ def _max_pool2d_backward_source(config: Config, dtype):
             c = (k // (W * H)) % C
             n = k // (W * H * C)
             acc = 0.0
-            for i in range(kh):
+            for i in range(kh - 1, -1, -1):   # windows in increasing order
                 t = h + ph - i * dh
                 if t >= 0 and t % sh == 0 and t // sh < OH:
-                    for j in range(kw):
+                    for j in range(kw - 1, -1, -1):
                         u = w + pw - j * dw
                         if u >= 0 and u % sw == 0 and u // sw < OW:
                             if idx[n, c, t // sh, u // sw] == h * W + w:
@@ -180,10 +180,10 @@ def _avg_pool2d_backward_source(config: Config, dtype):
             c = (k // (W * H)) % C
             n = k // (W * H * C)
             acc = 0.0
-            for i in range(kh):
+            for i in range(kh - 1, -1, -1):   # windows in increasing order
                 t = h + ph - i
                 if t >= 0 and t % sh == 0 and t // sh < OH:
-                    for j in range(kw):
+                    for j in range(kw - 1, -1, -1):
                         u = w + pw - j
                         if u >= 0 and u % sw == 0 and u // sw < OW:
                             div = _divisor(t // sh, u // sw, H, W, kh, kw, sh, sw, ph, pw,
