@@ -183,6 +183,35 @@ def test_layers_load_torch_state_dicts(kind, args, kw, xs):
                                rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_a_small_cnn_from_a_torch_state_dict_on_both_devices(dev, dtype):
+    torch.manual_seed(1)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(2, 2, 2, padding=1), torch.nn.ReLU(),
+                              torch.nn.MaxPool2d(2), torch.nn.AvgPool2d(1),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(0),
+                              torch.nn.Conv1d(1, 1, 2))
+    if dtype == np.float64:
+        ref = ref.double()
+    mine = ng.nn.Sequential(ng.nn.Conv2d(2, 2, 2, padding=1, dtype=dtype, device=dev.name),
+                            ng.nn.ReLU(), ng.nn.MaxPool2d(2), ng.nn.AvgPool2d(1),
+                            ng.nn.AdaptiveAvgPool2d(1), Reshape((1, 2)),
+                            ng.nn.Conv1d(1, 1, 2, dtype=dtype, device=dev.name))
+    mine.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
+    x = inputs([(2, 3, 3)], seed=4)[0].astype(dtype)     # unbatched (C, H, W)
+    want = ref[6](ref[:6](torch.tensor(x)).reshape(1, 2)).detach().numpy()
+    tol = 1e-9 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(mine(dev.tensor(x)).numpy(), want, rtol=tol, atol=tol)
+
+
+class Reshape(ng.nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x):
+        return x.reshape(self.shape)
+
+
 def test_layer_default_init_is_torchs():
     rng = np.random.default_rng(1)
     layer = ng.nn.Conv2d(4, 6, (3, 2), groups=2, dtype=np.float32, rng=rng)
