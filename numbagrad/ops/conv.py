@@ -70,8 +70,9 @@ def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: A
                          f"groups, *kernel_size), got {describe(weight)}")
     if bias is not None:
         _, bias = pair(x, bias, op, ("input", "bias"))
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+    if isinstance(groups, bool) or not hasattr(groups, "__index__") or groups < 1:
         raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+    groups = operator.index(groups)
     channels = x.shape[-rank - 1]
     cout, cg = weight.shape[:2]
     if channels % groups or cout % groups:
