@@ -43,7 +43,9 @@ NAMES += ()   # activations and reductions
 
 NAMES += ("dropout", "dropout_backward", "embedding_backward")   # randomness, dropout and embedding
 
-NAMES += ()   # convolution and pooling
+NAMES += ("im2col", "col2im", "max_pool2d", "max_pool2d_backward",   # convolution and pooling
+          "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
+          "adaptive_avg_pool2d_backward")
 
 NAMES += ()   # normalisation and attention
 _loaded: dict[str, ModuleType] = {}

@@ -618,3 +618,6 @@ def _epilogue(module: Module) -> tuple[str, float] | None:
     if kind is LeakyReLU and is_scalar(module.negative_slope) and module.negative_slope >= 0:
         return "leaky_relu", module.negative_slope
     return None
+
+
+from .conv import Conv1d, Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d  # noqa

@@ -80,6 +80,8 @@ is_c_contiguous = operator.attrgetter("flags.c_contiguous")
 from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
 
 # convolution and pooling
+from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d,  # noqa: F401
+                   avg_pool2d_backward, col2im, im2col, max_pool2d, max_pool2d_backward)
 
 # normalisation and attention
 
