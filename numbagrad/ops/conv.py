@@ -148,7 +148,7 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
                        reshaped(prod, (cout, length)))
         beta = 1.0
     kernels.call(kern, "bgemm", 0, w3, cols3, reshaped(prod, (groups, cout // groups, length)),
-                 False, False, 1.0, beta, 1, 1, 1, groups)
+                 0, 0, 1.0, beta, 1, 1, 1, groups)
     if n != 1:
         kernels.call(kern, "expand_nd", out.size, permuted(prod, (1, 0, 2)),
                      reshaped(out, (n, cout, oh * ow)), 1.0, 0.0)
@@ -177,11 +177,11 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if weight.requires_grad:   # dW[g] = G[g] @ cols[g]^T, over the whole batch
         dest, beta = ctx.dest(weight)
         kernels.call(kern, "bgemm", 0, g3, reshaped(cols, (groups, w3.shape[2], length)),
-                     reshaped(dest, w3.shape), False, True, 1.0, beta, 1, 1, 1, groups)
+                     reshaped(dest, w3.shape), 0, 1, 1.0, beta, 1, 1, 1, groups)
     if x.requires_grad:   # dcols[g] = W[g]^T @ G[g], added back into the image
         dcols = buffers.take(kern, tuple(cols.shape), dtype)
         kernels.call(kern, "bgemm", 0, w3, g3, reshaped(dcols, (groups, w3.shape[2], length)),
-                     True, False, 1.0, 0.0, 1, 1, 1, groups)
+                     1, 0, 1.0, 0.0, 1, 1, 1, groups)
         dest, beta = ctx.dest(x)
         kernels.call(kern, "col2im", dest.size, dcols, _as4d(dest, x.shape, is_batched, rank),
                      sh, sw, ph, pw, dh, dw, beta)
