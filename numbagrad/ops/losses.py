@@ -73,7 +73,8 @@ def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
     resid = buffers.take(kern, pd.shape, dtype)
     # _scale(reduction, n), inline
     scale = 1.0 if reduction == "sum" else (1.0 / n if n else math.nan)
-    kernels.call(kern, "mse", n, pd, td, loss, resid, scale)
+    # pd, td and resid: C-contiguous of one rank and dtype; loss: 0-d; a float
+    kernels.call_typed(kern, "mse", n, (dtype, len(pd.shape)), pd, td, loss, resid, scale)
     # result(loss, kern, (pred,), _loss_backward, (resid,)), inline
     if pred.requires_grad and _tape_state.depth > 0:
         return Tensor(loss, kern, True, Node(_loss_backward, (pred,), (resid,)), loss)

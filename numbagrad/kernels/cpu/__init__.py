@@ -67,6 +67,30 @@ def synchronize() -> None:
     """Nothing to wait for: CPU kernels finish before they return."""
 
 
+def entry_point(dispatcher, args: tuple):
+    """The compiled specialisation Numba's ``dispatcher`` runs for ``args``
+    (its CPython entry point), or None: what ``kernels.call_typed`` calls
+    directly. Read from Numba's dispatcher internals (``typeof_pyval``,
+    ``overloads``), so any surprise there gives None: the dispatched path."""
+    try:
+        types = tuple(dispatcher.typeof_pyval(a) for a in args)
+        return dispatcher.overloads[types].entry_point
+    except Exception:   # noqa: BLE001 (a Numba version without these: dispatch)
+        return None
+
+
+def signature(dispatcher, args: tuple) -> tuple:
+    """The Numba types of ``args`` that a call site's key must fix: every
+    array's dtype, rank and layout (not whether it is read-only or aligned,
+    which only the arrays a kernel writes must be, and those come from the
+    pool) and every other argument's type."""
+    out = []
+    for a in args:
+        t = dispatcher.typeof_pyval(a)
+        out.append((t.dtype, t.ndim, t.layout) if isinstance(a, np.ndarray) else t)
+    return tuple(out)
+
+
 # (a C-level getter: the ops' fast paths ask it several times per op)
 is_c_contiguous = operator.attrgetter("flags.c_contiguous")
 

@@ -35,6 +35,17 @@ from .select import astype, compare, where, where_backward  # noqa: F401
 
 name = "cuda"
 
+
+def entry_point(dispatcher, args: tuple) -> None:
+    """None: CUDA launchers are Python functions; ``kernels.call_typed``
+    dispatches them as ``call`` does."""
+    return None
+
+
+def signature(dispatcher, args: tuple) -> tuple:
+    """Unused (``entry_point`` finds nothing here); the CPU's counterpart."""
+    return ()
+
 # No threaded twins: ``kernels.call`` never reaches MT_MIN here.
 MT_MIN = sys.maxsize
 # Each family's imports under its own heading:
