@@ -1,6 +1,7 @@
 """CUDA kernels over N-d strided arrays (see ``kernels.cpu.strided``): one
 kernel source per rank (1 to ``MAX_RANK``), written out with one index per
-dim, since a kernel indexes an array with a tuple of fixed length.
+dim, since a kernel indexes an array with a tuple of fixed length; the N-d
+elementwise ones at ``MAX_RANK`` only, their operands padded with size-1 dims.
 """
 from __future__ import annotations
 
@@ -169,18 +170,30 @@ for _rank in range(1, MAX_RANK + 1):
     kernel(f"sum_to_nd{_rank}", lambda dt, r=_rank: (array_type(dt, r, "A"),
                                                       array_type(dt, r, "A"), dt, dt)
            )(_sum_to_source(_rank))
-    kernel(f"binary_nd{_rank}", lambda dt, r=_rank: (int64, array_type(dt, r, "A"),
-                                                      array_type(dt, r, "A"),
-                                                      array_type(dt, r, "A"))
-           )(_binary_nd_source(_rank))
-    kernel(f"unary_nd{_rank}", lambda dt, r=_rank: (int64, array_type(dt, r, "A"),
-                                                     array_type(dt, r, "A"), dt, dt, dt)
-           )(_unary_nd_source(_rank))
-    kernel(f"unary_nd_backward{_rank}", lambda dt, r=_rank: (
-        int64, *(array_type(dt, r, "A"),) * 4, float64, dt))(_unary_nd_backward_source(_rank))
-    kernel(f"binary_nd_backward{_rank}", lambda dt, r=_rank: (
-        int64, *(array_type(dt, r, "A"),) * 3, array_type(dt, r, "A"), float64, types.boolean,
-        array_type(dt, r, "A"), float64, types.boolean))(_binary_nd_backward_source(_rank))
+
+
+# The elementwise N-d kernels: one source each, at MAX_RANK (the launchers
+# add leading size-1 dims), so the few of them compile once per dtype.
+kernel(f"binary_nd{MAX_RANK}", lambda dt: (int64, *(array_type(dt, MAX_RANK, "A"),) * 3)
+       )(_binary_nd_source(MAX_RANK))
+kernel(f"unary_nd{MAX_RANK}", lambda dt: (int64, *(array_type(dt, MAX_RANK, "A"),) * 2, dt, dt,
+                                          dt))(_unary_nd_source(MAX_RANK))
+kernel(f"unary_nd_backward{MAX_RANK}", lambda dt: (int64, *(array_type(dt, MAX_RANK, "A"),) * 4,
+                                                   float64, dt)
+       )(_unary_nd_backward_source(MAX_RANK))
+kernel(f"binary_nd_backward{MAX_RANK}", lambda dt: (
+    int64, *(array_type(dt, MAX_RANK, "A"),) * 4, float64, types.boolean,
+    array_type(dt, MAX_RANK, "A"), float64, types.boolean))(_binary_nd_backward_source(MAX_RANK))
+
+
+def _padded(array):
+    """``array`` with leading size-1 dims up to MAX_RANK (a view)."""
+    from .indexing import as_strided    # (indexing imports this module)
+    pad = MAX_RANK - len(array.shape)
+    if pad == 0:
+        return array
+    return as_strided(array, (1,) * pad + tuple(array.shape), (0,) * pad + tuple(array.strides),
+                      0)
 
 
 def _rank(name: str, array) -> int:
@@ -212,35 +225,38 @@ def sum_to_nd(g, dest, scale, beta) -> None:
 def binary_nd(code, a, b, out) -> None:
     """See ``kernels.cpu.binary_nd``."""
     code = checked_code("binary_nd", code, scalar.N_BINARY)
-    rank = _rank("binary_nd", out)
+    _rank("binary_nd", out)
     if out.size:
-        launch(f"binary_nd{rank}", out.dtype, grid(out.size), THREADS, int(code), a, b, out)
+        launch(f"binary_nd{MAX_RANK}", out.dtype, grid(out.size), THREADS, int(code), _padded(a),
+               _padded(b), _padded(out))
 
 
 def unary_nd(code, x, out, p, alpha, beta) -> None:
     """See ``kernels.cpu.unary_nd``."""
     code = checked_code("unary_nd", code, scalar.N_UNARY)
-    rank = _rank("unary_nd", out)
+    _rank("unary_nd", out)
     if out.size:
         dt = out.dtype.type
-        launch(f"unary_nd{rank}", out.dtype, grid(out.size), THREADS, int(code), x, out, dt(p),
-               dt(alpha), dt(beta))
+        launch(f"unary_nd{MAX_RANK}", out.dtype, grid(out.size), THREADS, int(code), _padded(x),
+               _padded(out), dt(p), dt(alpha), dt(beta))
 
 
 def unary_nd_backward(code, x, y, gout, dest, beta, p) -> None:
     """See ``kernels.cpu.unary_nd_backward``."""
     code = checked_code("unary_nd_backward", code, scalar.N_UNARY)
-    rank = _rank("unary_nd_backward", dest)
+    _rank("unary_nd_backward", dest)
     if dest.size:
-        launch(f"unary_nd_backward{rank}", dest.dtype, grid(dest.size), THREADS, int(code), x,
-               y, gout, dest, float(beta), dest.dtype.type(p))
+        launch(f"unary_nd_backward{MAX_RANK}", dest.dtype, grid(dest.size), THREADS, int(code),
+               _padded(x), _padded(y), _padded(gout), _padded(dest), float(beta),
+               dest.dtype.type(p))
 
 
 def binary_nd_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b) -> None:
     """See ``kernels.cpu.binary_nd_backward``: one thread per gradient element."""
     code = checked_code("binary_nd_backward", code, scalar.N_BINARY)
-    rank = _rank("binary_nd_backward", gout)
+    _rank("binary_nd_backward", gout)
     n = (da.size if need_a else 0) + (db.size if need_b else 0)
     if n:
-        launch(f"binary_nd_backward{rank}", gout.dtype, grid(n), THREADS, int(code), a, b, gout,
-               da, float(beta_a), bool(need_a), db, float(beta_b), bool(need_b))
+        launch(f"binary_nd_backward{MAX_RANK}", gout.dtype, grid(n), THREADS, int(code),
+               _padded(a), _padded(b), _padded(gout), _padded(da), float(beta_a), bool(need_a),
+               _padded(db), float(beta_b), bool(need_b))
