@@ -1,7 +1,8 @@
 """The N-d paths that read operands in place: broadcasts that do not merge
 into 2 dims (``binary_nd``), strided views (``unary_nd``), softmax along a
-middle axis (``softmax3``), cross_entropy with positions (``cross_entropy3``)
-and an array index beside other keys (``index_select_nd``/``index_add_nd``):
+middle axis (``softmax3``), cross_entropy with positions (``cross_entropy3``),
+an array index beside other keys (``index_select_nd``/``index_add_nd``) and
+a gather with a smaller index (``gather_nd``/``scatter_add_nd``):
 values and gradients against PyTorch (float64, 1e-9) on both devices, the
 CUDA launch bound per op over one N-d graph, and ng.compile against eager."""
 import warnings
@@ -104,6 +105,16 @@ def test_array_index_beside_other_keys_like_torch(dev, name, shape, key, g):
     np.testing.assert_allclose(dev.host(ng.backward(loss)[x.id]), want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("shape, axis, ishape", [((4, 5, 3), 1, (2, 3, 2)),
+                                                 ((3, 4, 2, 3), 1, (2, 2, 2, 2)),
+                                                 ((3, 2, 4), 2, (3, 1, 4)),
+                                                 ((2, 3, 4), 0, (3, 2, 3))], ids=str)
+def test_gather_with_a_smaller_index_like_torch(dev, shape, axis, ishape):
+    index = np.random.default_rng(4).integers(0, shape[axis], size=ishape)
+    run(dev, lambda x: ng.gather(x, axis, index),
+        lambda t: torch.gather(t, axis, torch.tensor(index)), [shape])
+
+
 def test_devices_agree_bit_for_bit_on_broadcast_gradients():
     cuda = cuda_dev()
     a0, b0 = inputs([(2, 1, 3, 1), (1, 4, 1, 5)], seed=7)
@@ -135,6 +146,8 @@ def test_cuda_nd_graph_one_launch_per_op_forward_and_per_gradient():
               ("cross_entropy with positions", lambda t: ng.cross_entropy(t, labels), x3, 1, 1),
               ("x[:, 1, idx]", lambda t: t[:, 1, np.array([0, 3, 3])], x3, 1, 1),
               ("x[:, 1:, idx]", lambda t: t[:, 1:, [2, 0]], x3, 1, 1),
+              ("gather, a smaller index", lambda t: ng.gather(t, 1, np.zeros((1, 2, 3), int)),
+               x3, 1, 1),
               # concatenate/stack: one place_nd per input forward, one read per gradient
               ("concatenate of 3", lambda t: ng.concatenate([t, others[0], others[1]], 1), x3,
                3, 1)]

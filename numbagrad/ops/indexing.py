@@ -10,13 +10,13 @@ lookup. Host indices are range-checked before anything runs; a CUDA device
 array of indices is not (an index outside the axis reads as nan and adds
 nothing), nor are indices a compiled step (``ng.compile``) is given later.
 
-One launch per forward and per gradient, except a ``gather`` whose index is
-smaller than ``x`` off its axis, which writes its gradient in two launches
-(scatter-add, then place). An array index on a view whose dims do not merge
-into (pre, axis, post) reads the view in place (``index_select_nd``, the
-axis moved last in a view), and an array index combined with other indexing
-(``x[0, idx]``, ``x[::2, idx]``) writes its gradient into the whole
-destination in one ``index_add_nd``.
+One launch per forward and per gradient. An array index on a view whose
+dims do not merge into (pre, axis, post) reads the view in place
+(``index_select_nd``, the axis moved last in a view), and an array index
+combined with other indexing (``x[0, idx]``, ``x[::2, idx]``) writes its
+gradient into the whole destination in one ``index_add_nd``; a ``gather``
+whose index is smaller than ``x`` off its axis reads and writes its corner
+of ``x`` in place (``gather_nd``, ``scatter_add_nd``).
 """
 from __future__ import annotations
 
@@ -282,26 +282,30 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
     view = x._data if whole else _view(kern, x._data, lambda t: t[part])
     out = buffers.take(kern, shape, x.dtype)
     idx3 = reshaped(index, _three(shape, a))
-    kernels.call(kern, "gather", out.size, _grouped(kern, view, a), idx3,
-                 reshaped(out, _three(shape, a)))
-    saved = (idx3, tuple(view.shape), a, None if whole else part)
+    if whole and (_merges(view, a) or 0 in shape):
+        kernels.call(kern, "gather", out.size, _grouped(kern, view, a), idx3,
+                     reshaped(out, _three(shape, a)))
+    else:    # read x in place, the axis moved last (a smaller index reads a corner of x)
+        last = x.ndim - 1
+        kernels.call(kern, "gather_nd", out.size, _moved(x._data, a, last),
+                     _moved(index, a, last), _moved(out, a, last))
+    saved = (idx3, tuple(view.shape), a, None if whole else index)
     return result(out, kern, (x,), _gather_backward, saved)
 
 
 def _gather_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
-    idx3, vshape, a, part = node.saved
+    idx3, vshape, a, index = node.saved
     kern, dtype = x._kern, x._data.dtype
     if gout is None:
         gout = ones(kern, tuple(idx3.shape), dtype)
-    g3 = reshaped(gout, tuple(idx3.shape))
     dest, beta = ctx.dest(x)
-    if part is None:
-        kernels.call(kern, "scatter_add", dest.size, g3, idx3, reshaped(dest, _three(vshape, a)),
-                     beta)
+    if index is None:
+        kernels.call(kern, "scatter_add", dest.size, reshaped(gout, tuple(idx3.shape)), idx3,
+                     reshaped(dest, _three(vshape, a)), beta)
         return
-    tmp = buffers.take(kern, vshape, dtype)
-    kernels.call(kern, "scatter_add", tmp.size, g3, idx3, reshaped(tmp, _three(vshape, a)), 0.0)
-    start = np.zeros(len(vshape), np.int64)
-    kernels.call(kern, "place_nd", dest.size, tmp, dest, start, np.ones(len(vshape), np.int64),
-                 0.0, beta, True)
+    # a smaller index: its corner of dest gets the gradient, the rest none, in one kernel
+    last = len(vshape) - 1
+    kernels.call(kern, "scatter_add_nd", dest.size, _moved(reshaped(gout, tuple(index.shape)), a,
+                                                           last),
+                 _moved(index, a, last), _moved(dest, a, last), beta)

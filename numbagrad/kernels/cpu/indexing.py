@@ -167,3 +167,37 @@ def index_add_nd(g, index, dest, start, step, axis, beta):
         for d in range(dest.ndim):
             k = k * shape[d] + (r if d == axis else start[d] + step[d] * idx[d])
         flat[k] += g[idx]
+
+
+@njit(cache=True, error_model="numpy")
+def gather_nd(x, index, out):
+    """out[..., i] = x[..., index[..., i]] (``torch.gather`` with the axis
+    last: permuted views, any strides, one rank >= 2; ``index`` and ``out``
+    at most x's size off the axis), for a view that does not merge into
+    (pre, axis, post)."""
+    n = x.shape[-1]
+    for idx in np.ndindex(out.shape[:-1]):
+        xr, ir, o = x[idx], index[idx], out[idx]
+        for i in range(o.size):
+            r = ir[i]
+            o[i] = xr[r] if 0 <= r < n else np.nan
+
+
+@njit(cache=True, error_model="numpy")
+def scatter_add_nd(g, index, dest, beta):
+    """dest = beta * dest + (g[..., i] added into dest[..., index[..., i]]), the
+    gradient of ``gather_nd``, into the whole of ``dest`` (the axis last; ``g``
+    and ``index`` may be smaller off it: the rest of dest gets no gradient).
+    Repeated indices add up in order of i."""
+    b = _cast_like(dest, beta)
+    for idx in np.ndindex(dest.shape[:-1]):
+        d = dest[idx]
+        for j in range(d.size):
+            d[j] = 0.0 if b == 0 else b * d[j]
+    n = dest.shape[-1]
+    for idx in np.ndindex(g.shape[:-1]):
+        d, gr, ir = dest[idx], g[idx], index[idx]
+        for i in range(gr.size):
+            r = ir[i]
+            if 0 <= r < n:
+                d[r] += gr[i]

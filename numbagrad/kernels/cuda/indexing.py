@@ -269,6 +269,63 @@ def _index_add_nd_source(config: Config, dtype):
     return index_add_nd_kernel
 
 
+_I6 = array_type(int64, RANK, "A")
+
+
+@kernel("gather_nd", lambda dt: (_a6(dt), _I6, _a6(dt)))
+def _gather_nd_source(config: Config, dtype):
+    def gather_nd_kernel(x, index, out):
+        n = x.shape[5]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < out.size:
+            m = k
+            c5 = m % out.shape[5]
+            m //= out.shape[5]
+            c4 = m % out.shape[4]
+            m //= out.shape[4]
+            c3 = m % out.shape[3]
+            m //= out.shape[3]
+            c2 = m % out.shape[2]
+            m //= out.shape[2]
+            c1 = m % out.shape[1]
+            c0 = m // out.shape[1]
+            r = index[c0, c1, c2, c3, c4, c5]
+            out[c0, c1, c2, c3, c4, c5] = x[c0, c1, c2, c3, c4, r] if 0 <= r < n else np.nan
+            k += stride
+
+    return gather_nd_kernel
+
+
+@kernel("scatter_add_nd", lambda dt: (_a6(dt), _I6, _a6(dt), dt))
+def _scatter_add_nd_source(config: Config, dtype):
+    def scatter_add_nd_kernel(g, index, dest, beta):
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < dest.size:
+            m = k
+            c5 = m % dest.shape[5]
+            m //= dest.shape[5]
+            c4 = m % dest.shape[4]
+            m //= dest.shape[4]
+            c3 = m % dest.shape[3]
+            m //= dest.shape[3]
+            c2 = m % dest.shape[2]
+            m //= dest.shape[2]
+            c1 = m % dest.shape[1]
+            c0 = m // dest.shape[1]
+            acc = dtype(0.0) if beta == 0.0 else beta * dest[c0, c1, c2, c3, c4, c5]
+            if c0 < g.shape[0] and c1 < g.shape[1] and c2 < g.shape[2] and c3 < g.shape[3] \
+                    and c4 < g.shape[4]:
+                for i in range(g.shape[5]):
+                    if index[c0, c1, c2, c3, c4, i] == c5:
+                        acc += g[c0, c1, c2, c3, c4, i]
+            dest[c0, c1, c2, c3, c4, c5] = acc
+            k += stride
+
+    return scatter_add_nd_kernel
+
+
 # ------------------------------------------------------------ launchers
 def place_nd(x, out, start, step, fill, beta, whole) -> None:
     """See ``kernels.cpu.place_nd``; ranks up to 6."""
@@ -335,3 +392,18 @@ def index_add_nd(g, index, dest, start, step, axis, beta) -> None:
         t = [1] * pad + [int(v) for v in step]
         launch("index_add_nd", dest.dtype, grid(dest.size), THREADS, _as6(g), index, _as6(dest),
                *s, *t, int(axis) + pad, dest.dtype.type(beta))
+
+
+def gather_nd(x, index, out) -> None:
+    """See ``kernels.cpu.gather_nd``; ranks up to 6."""
+    _check_rank("gather_nd", out)
+    if out.size:
+        launch("gather_nd", out.dtype, grid(out.size), THREADS, _as6(x), _as6(index), _as6(out))
+
+
+def scatter_add_nd(g, index, dest, beta) -> None:
+    """See ``kernels.cpu.scatter_add_nd``; ranks up to 6."""
+    _check_rank("scatter_add_nd", dest)
+    if dest.size:
+        launch("scatter_add_nd", dest.dtype, grid(dest.size), THREADS, _as6(g), _as6(index),
+               _as6(dest), dest.dtype.type(beta))
