@@ -137,12 +137,13 @@ def _reduced(rank: int, dest: str, which: int, beta: str) -> list[str]:
                   f"        q //= gout.shape[{d}]",
                   "    else:",
                   f"        i{d} = j{d}"]
+    at = f"{dest}[{_ix(rank, prefix='j')}]"
     lines += [f"    acc += gout[{_ix(rank)}] * {grad}(code, a[{_ix(rank, 'a')}], "
               f"b[{_ix(rank, 'b')}])",
               f"if {beta} == 0.0:",
-              f"    {dest}[{_ix(rank, prefix='j')}] = acc",
+              f"    {at} = acc",
               "else:",
-              f"    {dest}[{_ix(rank, prefix='j')}] = acc + {beta} * {dest}[{_ix(rank, prefix='j')}]"]
+              f"    {at} = acc + {beta} * {at}"]
     return lines
 
 
