@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
