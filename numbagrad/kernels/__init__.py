@@ -37,7 +37,9 @@ NAMES = ("axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", 
          "place_nd", "scatter_add", "adam_update", "sgd_update", "sumsq")
 # Each family's kernels, one line each (kept apart so work on one family never
 # touches another's line).
-NAMES += ()   # N-d strided and fallback kernels
+NAMES += ("binary_nd", "binary_nd_backward", "unary_nd", "unary_nd_backward", "softmax3",
+          "softmax3_backward", "cross_entropy3", "index_select_nd", "index_add_nd",
+          "gather_nd", "scatter_add_nd")   # N-d strided and fallback kernels
 
 NAMES += ()   # activations and reductions
 
