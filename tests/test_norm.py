@@ -144,7 +144,7 @@ def _device_run(dev, dtype, fn, tfn, arrays):
     (want * torch.tensor(weights)).sum().backward()
     np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
     for p, t in zip(ps, ts):
-        np.testing.assert_allclose(dev.host(grads[p.id]), t.grad.numpy(), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(dev.host(grads[p.id]), t.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
@@ -160,7 +160,7 @@ def test_layer_and_group_norm_on_both_devices(dev, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("training", [True, False])
 def test_batch_norm_on_both_devices(dev, dtype, training):
-    tol = dict(rtol=1e-9, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-4)
+    tol = dict(rtol=1e-9, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
     _batch_norm_case((3, 2, 2), training, True, True, 0.2, dev=dev, dtype=dtype, **tol)
 
 

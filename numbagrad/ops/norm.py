@@ -130,7 +130,7 @@ def layer_norm(x: Any, normalized_shape: Any, weight: Any = None, bias: Any = No
     if not shape:
         raise ValueError(f"{op}: normalized_shape must have at least 1 dim, got () (input of "
                          f"{describe(x)})")
-    if x.shape[x.ndim - len(shape):] != shape or len(shape) > x.ndim:
+    if len(shape) > x.ndim or x.shape[x.ndim - len(shape):] != shape:
         raise ValueError(f"{op}: normalized_shape {shape} does not match the last dims of the "
                          f"input of {describe(x)}")
     weight = _affine(x, weight, shape, op, "weight")
