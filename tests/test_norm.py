@@ -290,9 +290,12 @@ def test_layers_match_torch_in_train_and_eval_mode(kind, args, kw, xs):
         np.testing.assert_allclose(mine.state_dict()[k], v.numpy(), rtol=1e-9, err_msg=k)
     mine.eval()
     ref.eval()
+    before = mine.state_dict()
     x = inputs([xs], seed=3)[0]
     np.testing.assert_allclose(mine(ng.tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(),
                                rtol=1e-9, atol=1e-12)
+    for k, v in mine.state_dict().items():    # eval mode leaves the buffers alone
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
     np.testing.assert_array_equal(mine.state_dict().get("num_batches_tracked", 0),
                                   ref.state_dict().get("num_batches_tracked", 0))
 
@@ -328,6 +331,18 @@ def test_a_torch_models_state_dict_gives_its_eval_outputs_on_both_devices(dev, d
     x = inputs([(2, 2, 3, 3)], seed=14)[0].astype(dtype)
     np.testing.assert_allclose(mine(dev.tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(),
                                rtol=tol, atol=tol)
+
+
+def test_batch_norm_buffers_move_with_the_module():
+    dev = cuda_dev()
+    bn = ng.nn.BatchNorm1d(2, dtype=np.float32).to(dev.name)
+    assert bn.running_mean.device == dev.name and bn.num_batches_tracked.device == dev.name
+    x = inputs([(3, 2)], seed=19)[0].astype(np.float32)
+    bn(dev.tensor(x))
+    ref = torch.nn.BatchNorm1d(2)
+    ref(torch.tensor(x))
+    for k, v in ref.state_dict().items():
+        np.testing.assert_allclose(bn.state_dict()[k], v.detach().numpy(), rtol=1e-5, err_msg=k)
 
 
 # ------------------------------------------------------------ accumulation
