@@ -141,7 +141,7 @@ def _ng_setup(case, dtype, opt_kind, device):
         return (loss_fn, (ng.tensor(y0, device=device),), optimizer([A, B]),
                 lambda: [A.numpy(), B.numpy()])
     if CASES[case]["kind"] == "cnn":
-        model, names, x, labels = _ng_cnn(case, dtype, device)
+        model, x, labels = _ng_cnn(case, dtype, device)
         cross_entropy = ng.cross_entropy
 
         def loss_fn(x, labels):
@@ -149,7 +149,7 @@ def _ng_setup(case, dtype, opt_kind, device):
 
         def weights():
             state = model.state_dict()
-            return [state[n] for n in names]
+            return [state[n] for n in CNN_NAMES]
         return loss_fn, (x, labels), optimizer(model.parameters()), weights
 
     params, x0, labels = mlp_problem(case, dtype)
@@ -175,25 +175,29 @@ def _ng_setup(case, dtype, opt_kind, device):
     return loss_fn, (x, labels), optimizer(model.parameters()), weights
 
 
-# Conv2d(1,16,3,p=1), ReLU, MaxPool2d(2), Conv2d(16,32,3,p=1), ReLU, MaxPool2d(2), Flatten,
-# Linear(128,10): the parameters' indices in the Sequential, as their state-dict names.
-CNN_LAYERS = (0, 3, 7)
+# the state-dict names of ``cnn_model``'s parameters, in ``cnn_problem``'s order
+CNN_NAMES = tuple(f"{i}.{p}" for i in (0, 3, 7) for p in ("weight", "bias"))
+
+
+def cnn_model(nn, case: str, **kw):
+    """A CNN case's layers in ``nn`` (``ng.nn`` or ``torch.nn``: the same names
+    and arguments; ``kw`` goes to the layers with weights): Conv2d(1, 16, 3,
+    padding=1), ReLU, MaxPool2d(2), Conv2d(16, 32, 3, padding=1), ReLU,
+    MaxPool2d(2), Flatten, Linear(128, 10)."""
+    c0, c1, c2 = CASES[case]["channels"]
+    return nn.Sequential(nn.Conv2d(c0, c1, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(c1, c2, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(cnn_features(case), CASES[case]["classes"],
+                                                 **kw))
 
 
 def _ng_cnn(case, dtype, device):
-    """(model, state-dict names, x, labels) of a CNN case in ``ng.nn``, loaded
-    with ``cnn_problem``'s weights."""
+    """(model, x, labels) of a CNN case in ``ng.nn``, loaded with ``cnn_problem``'s weights."""
     import numbagrad as ng
     params, x0, labels = cnn_problem(case, dtype)
-    _, c1, c2 = CASES[case]["channels"]
-    nn, kw = ng.nn, {"dtype": dtype, "device": device, "rng": np.random.default_rng(1)}
-    model = nn.Sequential(nn.Conv2d(CASES[case]["channels"][0], c1, 3, padding=1, **kw),
-                          nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(c1, c2, 3, padding=1, **kw),
-                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                          nn.Linear(cnn_features(case), CASES[case]["classes"], **kw))
-    names = [f"{i}.{p}" for i in CNN_LAYERS for p in ("weight", "bias")]
-    model.load_state_dict(dict(zip(names, params)))
-    return model, names, ng.tensor(x0, device=device), labels
+    model = cnn_model(ng.nn, case, dtype=dtype, device=device, rng=np.random.default_rng(1))
+    model.load_state_dict(dict(zip(CNN_NAMES, params)))
+    return model, ng.tensor(x0, device=device), labels
 
 
 def numbagrad_step(case, dtype, opt_kind, device) -> Callable[[], None]:
@@ -448,14 +452,8 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
 def _torch_cnn(torch, case, dtype, dev):
     """(model, (x, labels)) of a CNN case in ``torch.nn``, with ``cnn_problem``'s weights."""
     params, x0, labels = cnn_problem(case, dtype)
-    c0, c1, c2 = CASES[case]["channels"]
-    nn, kw = torch.nn, {"dtype": getattr(torch, str(np.dtype(dtype))), "device": dev}
-    model = nn.Sequential(nn.Conv2d(c0, c1, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(c1, c2, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(cnn_features(case), CASES[case]["classes"],
-                                                  **kw))
-    names = [f"{i}.{p}" for i in CNN_LAYERS for p in ("weight", "bias")]
-    model.load_state_dict({n: torch.from_numpy(p) for n, p in zip(names, params)})
+    model = cnn_model(torch.nn, case, dtype=getattr(torch, str(np.dtype(dtype))), device=dev)
+    model.load_state_dict({n: torch.from_numpy(p) for n, p in zip(CNN_NAMES, params)})
     return model, (torch.tensor(x0, device=dev), torch.tensor(labels, device=dev))
 
 
@@ -588,8 +586,8 @@ def cnn_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.nd
         out += [(W, cols, np.empty_like(g)), (g, cols.T, np.empty_like(W))]
         if i:
             out.append((W.T, g, np.empty_like(cols)))
-    W, x, g = rand(c["classes"], cnn_features(case)), rand(batch, cnn_features(case)), rand(
-        batch, c["classes"])
+    features, classes = cnn_features(case), c["classes"]
+    W, x, g = rand(classes, features), rand(batch, features), rand(batch, classes)
     return out + [(x, W.T, np.empty_like(g)), (g.T, x, np.empty_like(W)),
                   (g, W, np.empty_like(x))]
 
