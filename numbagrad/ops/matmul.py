@@ -239,6 +239,9 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 # activations the GEMM's epilogue applies (their gradient is a function of
 # the output): name -> kernel code, filled from the op table's ``fuse`` rows
 ACTIVATIONS: dict[str, int] = {}
+# ... except these, whose gradient needs the pre-activation: the GEMM writes
+# that, and one unary pass applies the activation
+_PRE_KEPT = (codes.GELU, codes.GELU_TANH, codes.SILU)
 
 
 def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
@@ -254,7 +257,8 @@ def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
     "tanh" or "sigmoid") is applied in the same kernel: the GEMM writes the
     output and one epilogue pass adds the bias and applies it (on CUDA, the
     GEMM's own epilogue), as ``relu(linear(x, W, b))`` computes in three
-    passes. ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of
+    passes. "gelu" and "silu" keep the pre-activation for their gradient:
+    the GEMM writes it, bias added, and one unary pass applies them. ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of
     these activations.
     """
     code, p = (codes.IDENT, 0.0) if activation is None else _activation(activation,
@@ -313,24 +317,30 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     dtype = xd.dtype
     out = buffers.take(kern, out_shape, dtype)
     out2 = out if len(out_shape) == 2 else reshaped(out, (x2.shape[0], out_shape[-1]))
+    kept = code in _PRE_KEPT
+    pre = buffers.take(kern, out2.shape, dtype) if kept else out2
+    fused = codes.IDENT if kept else code
     if bias is None:
-        kernels.call(kern, "linear", 0, x2, wd, wd[0], out2, False, code, scalar_of(dtype, p))
+        kernels.call(kern, "linear", 0, x2, wd, wd[0], pre, False, fused, scalar_of(dtype, p))
         inputs = (x, weight)
     else:
-        kernels.call(kern, "linear", 0, x2, wd, bias._data, out2, True, code, scalar_of(dtype, p))
+        kernels.call(kern, "linear", 0, x2, wd, bias._data, pre, True, fused, scalar_of(dtype, p))
         inputs = (x, weight, bias)
-    return result(out, kern, inputs, _linear_backward, (x2, wd, out2, code, p))
+    if kept:
+        kernels.call(kern, "unary", out2.size, code, pre, out2, scalar_of(dtype, p),
+                     scalar_of(dtype, 1.0), scalar_of(dtype, 0.0))
+    return result(out, kern, inputs, _linear_backward, (x2, wd, out2, code, p, pre))
 
 
 def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     x, weight = node.inputs[:2]
-    x2, wd, y2, code, p = node.saved
+    x2, wd, y2, code, p, pre_act = node.saved
     kern = x._kern
     o2 = y2.shape
     g2 = ones(kern, o2, wd.dtype) if gout is None else reshaped(gout, o2)
     if code != codes.IDENT:   # through the activation, its gradient read from the output
         pre = buffers.take(kern, o2, wd.dtype)
-        kernels.call(kern, "unary_backward", pre.size, code, y2, y2, g2, pre, 0.0,
+        kernels.call(kern, "unary_backward", pre.size, code, pre_act, y2, g2, pre, 0.0,
                      scalar_of(wd.dtype, p))
         g2 = pre
     if weight.requires_grad:   # dW = G^T @ x

@@ -19,6 +19,7 @@ from ..kernels import scalar as codes
 from ..tensor import Tensor
 from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
+from . import activations  # noqa: I001 (issue 17's families)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,20 @@ OPS: tuple[Op, ...] = (
     Op("where", select.where, numpy=("where",)),   # vs torch: tests/test_select.py
     Op("astype", select.astype, method=True),
     # --- activations
+    Op("gelu", activations.gelu, codes.GELU, method=True, fuse=True, torch="F.gelu(a)"),
+    Op("silu", activations.silu, codes.SILU, method=True, fuse=True, torch="F.silu(a)"),
+    Op("softplus", activations.softplus, codes.SOFTPLUS, method=True,
+       torch="F.softplus(a, 2.0, 1.5)", args=(2.0, 1.5)),
+    Op("abs", activations.abs, codes.ABS, method=True, numpy=("absolute",),
+       torch="torch.abs(a)"),
+    Op("clamp", activations.clamp, method=True, torch="torch.clamp(a, -0.5, 0.7)",
+       args=(-0.5, 0.7)),
+    Op("clip", activations.clip, method=True, torch="torch.clip(a, None, 0.3)",
+       args=(None, 0.3)),
+    Op("maximum", activations.maximum, codes.MAX, numpy=("maximum",),
+       torch="torch.maximum(a, b)", sample=_PAIR),
+    Op("minimum", activations.minimum, codes.MIN, numpy=("minimum",),
+       torch="torch.minimum(a, b)", sample=_PAIR),
 
     # --- reductions
 
