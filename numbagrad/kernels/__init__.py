@@ -39,7 +39,8 @@ NAMES = ("axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", 
 # touches another's line).
 NAMES += ()   # N-d strided and fallback kernels
 
-NAMES += ()   # activations and reductions
+NAMES += ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
+          "variance_backward", "cumsum")   # activations and reductions
 
 NAMES += ()   # randomness, dropout and embedding
 

@@ -19,7 +19,7 @@ from ..kernels import scalar as codes
 from ..tensor import Tensor
 from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
-from . import activations  # noqa: I001 (issue 17's families)
+from . import activations, extrema, statistics  # noqa: I001 (issue 17's families)
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,17 @@ OPS: tuple[Op, ...] = (
        torch="torch.minimum(a, b)", sample=_PAIR),
 
     # --- reductions
+    Op("max", extrema.max, method=True, torch="torch.amax(a, 1)", args=(1,)),
+    Op("min", extrema.min, method=True, torch="torch.amin(a, (0, 2), True)",
+       sample=((2, 3, 4),), args=((0, 2), True)),
+    Op("argmax", extrema.argmax, method=True),     # integer indices: tests/test_extrema.py
+    Op("argmin", extrema.argmin, method=True),
+    Op("logsumexp", statistics.logsumexp, method=True, torch="torch.logsumexp(a, -1)",
+       args=(-1,)),
+    Op("var", statistics.var, method=True, torch="torch.var(a, 0)", args=(0,)),
+    Op("std", statistics.std, method=True, torch="torch.std(a, None, correction=0)",
+       args=(None, 0)),
+    Op("cumsum", statistics.cumsum, method=True, torch="torch.cumsum(a, 1)", args=(1,)),
 
     # --- losses
 

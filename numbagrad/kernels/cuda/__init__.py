@@ -40,6 +40,8 @@ MT_MIN = sys.maxsize
 # N-d strided and fallback kernels
 
 # activations and reductions
+from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa: F401
+                          logsumexp_backward, variance, variance_backward)
 
 # randomness, dropout and embedding
 
