@@ -257,9 +257,10 @@ def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
     "tanh" or "sigmoid") is applied in the same kernel: the GEMM writes the
     output and one epilogue pass adds the bias and applies it (on CUDA, the
     GEMM's own epilogue), as ``relu(linear(x, W, b))`` computes in three
-    passes. "gelu" and "silu" keep the pre-activation for their gradient:
-    the GEMM writes it, bias added, and one unary pass applies them. ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of
-    these activations.
+    passes. "gelu" and "silu" need the pre-activation for their gradient:
+    the GEMM writes it, bias added, and one unary pass applies them.
+    ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of these
+    activations.
     """
     code, p = (codes.IDENT, 0.0) if activation is None else _activation(activation,
                                                                          negative_slope)

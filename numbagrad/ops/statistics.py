@@ -1,6 +1,6 @@
 """logsumexp, var, std and cumsum over any axes, each forward beside its
-backward; one kernel each way (``kernels/*/reduce_axis.py``) on the lane
-plan of ``ops/extrema.py``."""
+backward; one kernel each way (``kernels/*/reduce_axis.py``) on ``_lanes``'
+plan."""
 from __future__ import annotations
 
 import math
@@ -12,7 +12,7 @@ from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import (axis_of, contiguous, describe, is_scalar, mean_scale, ones, operand,
                       reshaped, result)
-from .extrema import grad_of, gradient_into, lanes
+from ._lanes import grad_of, gradient_into, lanes
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
