@@ -40,7 +40,8 @@ NAMES = ("axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", 
 NAMES += ()   # N-d strided and fallback kernels
 
 NAMES += ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
-          "variance_backward", "cumsum")   # activations and reductions
+          "variance_backward", "cumsum", "loss_terms", "loss_terms_backward", "nll",
+          "nll_backward")   # activations and reductions
 
 NAMES += ()   # randomness, dropout and embedding
 

@@ -36,6 +36,7 @@ _SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
 _INV_SQRT_2PI = 0.3989422804014327     # 1 / sqrt(2 pi)
 _SQRT_2_PI = 0.7978845608028654        # sqrt(2 / pi)
 _KAPPA = 0.044715
+_BCE_EPS = 9.999999960041972e-13       # PyTorch's EPSILON, 1e-12 as a float32
 
 # Every chain of ``code ==`` tests below ends in a raise: a code without a
 # branch is an error, never another op's formula. (The kernels inline these
@@ -242,7 +243,8 @@ def loss_term(code, x, t, p):
 
 
 def loss_term_grad(code, x, t, p):
-    """d(loss_term)/dx (PyTorch's: sign(0) = 0; BCE's denominator clamped at 1e-12)."""
+    """d(loss_term)/dx (PyTorch's: sign(0) = 0; BCE's denominator clamped at
+    float32(1e-12))."""
     if code == L1:
         d = x - t
         return 1.0 if d > 0 else (-1.0 if d < 0 else 0.0)
@@ -257,5 +259,5 @@ def loss_term_grad(code, x, t, p):
             return -p
         return p if d > p else d
     if code == BCE:
-        return (x - t) / max((1 - x) * x, 1e-12)
+        return (x - t) / max((1 - x) * x, _BCE_EPS)
     raise ValueError("loss_term_grad: unknown loss code")

@@ -157,6 +157,14 @@ OPS: tuple[Op, ...] = (
     Op("cumsum", statistics.cumsum, method=True, torch="torch.cumsum(a, 1)", args=(1,)),
 
     # --- losses
+    Op("nll_loss", losses.nll_loss),   # integer labels: tests/test_losses17.py
+    Op("l1_loss", losses.l1_loss, torch="F.l1_loss(a, b)", sample=((3, 4), (3, 4)), targets=1),
+    Op("smooth_l1_loss", losses.smooth_l1_loss,
+       torch="F.smooth_l1_loss(a, b, reduction='sum', beta=0.5)", sample=((3, 4), (3, 4)),
+       targets=1, args=("sum", 0.5)),
+    Op("huber_loss", losses.huber_loss, torch="F.huber_loss(a, b, reduction='none', delta=0.7)",
+       sample=((3, 4), (3, 4)), targets=1, args=("none", 0.7)),
+    Op("binary_cross_entropy", losses.binary_cross_entropy),   # probabilities: test_losses17
 
     # --- randomness, dropout and embedding
 

@@ -74,6 +74,7 @@ def is_c_contiguous(array) -> bool:
 # activations and reductions
 from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa: F401
                           logsumexp_backward, variance, variance_backward)
+from .loss_terms import loss_terms, loss_terms_backward, nll, nll_backward  # noqa: F401
 
 # randomness, dropout and embedding
 
