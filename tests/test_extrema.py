@@ -206,10 +206,11 @@ PTX_SCRIPT = textwrap.dedent("""
 
 
 def test_issue17_kernels_compile_to_ptx_for_hopper_and_ampere():
-    """The reduce_axis kernels, and the elementwise and GEMM ones whose new
-    codes (gelu's erf, maximum, ...) every branch of compiles."""
+    """The reduce_axis and loss_terms kernels, and the elementwise and GEMM
+    ones, which compile every branch of the new codes (gelu's erf, maximum...)."""
     names = ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
-             "variance_backward", "cumsum", "unary", "unary_backward", "binary",
+             "variance_backward", "cumsum", "loss_terms", "loss_terms_sum",
+             "loss_terms_backward", "nll", "nll_backward", "unary", "unary_backward", "binary",
              "binary_backward", "gemm")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     run = subprocess.run([sys.executable, "-c", f"NAMES = {names!r}\n" + PTX_SCRIPT], env=env,

@@ -9,8 +9,8 @@ import numpy as np
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import axis_of, describe, operand, reshaped, result
-from ._lanes import Lanes, grad_of, gradient_into, lanes
+from ._common import axis_of, describe, operand, result
+from ._lanes import grad_of, gradient_into, lanes
 
 
 # ------------------------------------------------------------ max / min
@@ -52,13 +52,11 @@ def _arg(x: Any, axis: Any, keepdims: bool, want_max: bool, op: str) -> Any:
     x = operand(x, op)
     if isinstance(axis, tuple):
         raise TypeError(f"{op}: axis must be None or an int, got the tuple {axis!r}")
-    ndim = x.ndim
-    if axis is None:     # the index into the flattened tensor
-        plan = lanes(x, None, False, op)
-        plan = Lanes(reshaped(plan.x3, (1, x.size, 1)), None, plan.keep,
-                     (1,) * ndim if keepdims else ())
-    else:
-        plan = lanes(x, axis_of(axis, ndim, op) if ndim else axis, keepdims, op)
+    if axis is not None and x.ndim == 0:
+        axis_of(axis, 1, op)        # a 0-d tensor takes axis 0 or -1, as PyTorch
+        axis = None
+    # axis None: every axis, the (1, size, 1) view, so the index into the flattened tensor
+    plan = lanes(x, axis, keepdims, op)
     if plan.n == 0:
         raise ValueError(f"{op}: cannot reduce over a size-0 axis (tensor of {describe(x)}, "
                          f"axis={axis!r})")
