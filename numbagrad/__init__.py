@@ -9,13 +9,14 @@
     opt.step()          # True on every 4th call, when the update is applied
 """
 from . import _cache  # noqa: F401 (first: settles where Numba caches, before any @njit)
-from . import cuda, nn, optim
+from . import cuda, nn, optim, random
 from .compile import compile
 from .interop import from_dlpack
 from .kernels import cuda_available
 from .ops import *  # noqa: F401,F403 (every op in the op table, ops/table.py)
 from .ops import __all__ as _op_names
 from .tape import backward, grad_tape
+from .random import manual_seed
 from .tensor import Tensor, as_tensor, param, tensor
 from .serialization import load, save
 from .testing import gradcheck
@@ -24,4 +25,4 @@ __version__ = "0.2.0"
 
 __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "backward",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
-           "compile", "__version__"]
+           "compile", "manual_seed", "random", "__version__"]

@@ -114,20 +114,36 @@ class _Backward:
 
 
 def _reverse_order(root: Node) -> list[Node]:
-    """Nodes reachable from ``root``, each after every node that uses it."""
+    """Nodes reachable from ``root``, each after every node that uses it; a
+    RuntimeError if backward already ran through one of them."""
     chain = [root]   # fast path: a plain chain, each node fed by at most one node
     node = root
     while node is not None:
+        if node.done:
+            _already_run()
         parent = None
         for t in node.inputs:
             if t._node is not None:
                 if parent is not None:
-                    return _reverse_order_general(root)
+                    return _checked(_reverse_order_general(root))
                 parent = t._node
         if parent is not None:
             chain.append(parent)
         node = parent
     return chain
+
+
+def _checked(order: list[Node]) -> list[Node]:
+    for node in order:
+        if node.done:
+            _already_run()
+    return order
+
+
+def _already_run() -> None:
+    raise RuntimeError("backward was already run through this recorded graph; "
+                       "record the forward again inside ng.grad_tape() "
+                       "(running it twice would count its gradients twice)")
 
 
 def _reverse_order_general(root: Node) -> list[Node]:
@@ -179,7 +195,10 @@ def _overlap(a: Any, b: Any) -> bool:
 
 def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     """The reverse pass behind ``ng.backward`` and ``Tensor.backward``."""
-    root = getattr(loss, "_node", None)
+    try:
+        root = loss._node
+    except AttributeError:
+        root = None
     if root is None:
         if not isinstance(loss, Tensor):
             raise TypeError(f"backward needs a Tensor loss, got {type(loss).__name__}")
@@ -188,11 +207,6 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     if loss._data.size != 1:
         raise ValueError(f"backward needs a one-element loss, got shape {loss.shape}")
     order = _reverse_order(root)
-    for node in order:
-        if node.done:
-            raise RuntimeError("backward was already run through this recorded graph; "
-                               "record the forward again inside ng.grad_tape() "
-                               "(running it twice would count its gradients twice)")
     ctx = _Backward(collect, _aliased_params(order) if _seen.wrapped else None)
     pending = ctx.pending
     for node in order:
@@ -200,6 +214,8 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
         node.done = True
         node.saved = ()
     calls = ctx.calls
+    if not calls:
+        return None if not collect else MappingProxyType({})
     if collect:
         for t in calls:   # every window first: a refused one leaves every .grad as it was
             if t._owner is not None:

@@ -74,7 +74,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __init__(self, data: Any, kern: ModuleType, requires_grad: bool = False,
-                 node: Any = None) -> None:
+                 node: Any = None, pool: Any = None) -> None:
         self._data = data
         self._kern = kern
         self.requires_grad = requires_grad
@@ -83,7 +83,7 @@ class Tensor:
         self._acc = None       # gradient accumulator (params only)
         self._live = False     # whether _acc holds a gradient (.grad not None)
         self._owner = None     # the optimizer whose flat buffers hold it
-        self._pool = None      # the pooled array its data is (a view of), if any
+        self._pool = pool      # the pooled array its data is (a view of), if any
 
     # ------------------------------------------------------------ views
     @property

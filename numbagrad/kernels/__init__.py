@@ -43,9 +43,11 @@ NAMES += ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "var
           "variance_backward", "cumsum", "loss_terms", "loss_terms_backward", "nll",
           "nll_backward")   # activations and reductions
 
-NAMES += ()   # randomness, dropout and embedding
+NAMES += ("dropout", "dropout_backward", "embedding_backward")   # randomness, dropout and embedding
 
-NAMES += ()   # convolution and pooling
+NAMES += ("im2col", "col2im", "max_pool2d", "max_pool2d_backward",   # convolution and pooling
+          "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
+          "adaptive_avg_pool2d_backward")
 
 NAMES += ()   # normalisation and attention
 _loaded: dict[str, ModuleType] = {}
@@ -197,17 +199,25 @@ def table(namespace: Mapping[str, Any], names: Iterable[str]) -> dict[str, tuple
     return out
 
 
+def split(kernels: Mapping[str, tuple]) -> tuple[dict, dict]:
+    """A device module's ``KERNEL_FNS``: (name -> serial kernel, name -> threaded
+    kernel), the table ``call`` indexes with ``size >= MT_MIN``."""
+    return ({n: pair[0][0] for n, pair in kernels.items()},
+            {n: pair[1][0] for n, pair in kernels.items()})
+
+
 def call(kern: ModuleType, name: str, size: int, *args: Any) -> Any:
     """Run kernel ``name`` of device module ``kern`` on ``args``: its threaded
     twin when the call touches ``size >= kern.MT_MIN`` elements (on CUDA,
     never). The one way code outside ``kernels/`` runs a kernel."""
+    threaded = size >= kern.MT_MIN
     try:
-        fn, variant = kern.KERNELS[name][size >= kern.MT_MIN]
+        fn = kern.KERNEL_FNS[threaded][name]
     except KeyError:
         raise LookupError(f"the {kern.name} kernels have no kernel {name!r}; known: "
                           f"{sorted(kern.KERNELS)}") from None
     if _observer is not None:
-        _observer.kernel(fn, variant, args)
+        _observer.kernel(fn, kern.KERNELS[name][threaded][1], args)
     return fn(*args)
 
 

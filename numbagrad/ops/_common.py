@@ -244,16 +244,13 @@ def result(data: Any, kern: ModuleType, inputs: tuple, backward: Any, saved: tup
     """The op's output tensor, recorded on the tape when any input needs a
     gradient. ``data`` is a pooled array, or a view of the pooled ``pool``
     (None: of an array the pool does not own)."""
-    out = None
+    if pool is _OWN:
+        pool = data
     if tape._state.depth > 0:
         for t in inputs:
             if t.requires_grad:
-                out = Tensor(data, kern, True, Node(backward, inputs, saved))
-                break
-    if out is None:
-        out = Tensor(data, kern)
-    out._pool = data if pool is _OWN else pool
-    return out
+                return Tensor(data, kern, True, Node(backward, inputs, saved), pool)
+    return Tensor(data, kern, False, None, pool)
 
 
 def scalar_of(dtype: Any, value: float) -> Any:

@@ -12,6 +12,7 @@ from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
+from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (check_reduction, contiguous, describe, is_scalar, mean_scale, ones,
                       operand, pair, permuted, reshaped, result, scalar_of)
@@ -22,7 +23,11 @@ def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     x = node.inputs[0]
     grad = node.saved[0]
     if gout is None:
-        ctx.give(x, grad)
+        below = x._node
+        if below is not None and below not in ctx.pending:   # ctx.give's common case, inline
+            ctx.pending[below] = grad
+        else:
+            ctx.give(x, grad)
         return
     dest, beta = ctx.dest(x)
     kern = x._kern
@@ -42,7 +47,8 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     The target never receives a gradient. One fused kernel computes the
     loss and, for the backward pass, the residual gradient.
     """
-    check_reduction("mse_loss", reduction)
+    if reduction != "mean":
+        check_reduction("mse_loss", reduction)
     # The common case (a contiguous pred, and a target of the same device,
     # dtype and shape, or a matching host array on the CPU) skips `pair`.
     if type(pred) is Tensor:
@@ -62,10 +68,16 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
 
 
 def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
-    loss = buffers.take(kern, (), pd.dtype)
-    resid = buffers.take(kern, pd.shape, pd.dtype)
-    kernels.call(kern, "mse", pd.size, pd, td, loss, resid, _scale(reduction, pd.size))
-    return result(loss, kern, (pred,), _loss_backward, (resid,))
+    dtype, n = pd.dtype, pd.size
+    loss = buffers.take(kern, (), dtype)
+    resid = buffers.take(kern, pd.shape, dtype)
+    # _scale(reduction, n), inline
+    scale = 1.0 if reduction == "sum" else (1.0 / n if n else math.nan)
+    kernels.call(kern, "mse", n, pd, td, loss, resid, scale)
+    # result(loss, kern, (pred,), _loss_backward, (resid,)), inline
+    if pred.requires_grad and _tape_state.depth > 0:
+        return Tensor(loss, kern, True, Node(_loss_backward, (pred,), (resid,)), loss)
+    return Tensor(loss, kern, False, None, loss)
 
 
 def binary_cross_entropy_with_logits(logits: Any, target: Any,

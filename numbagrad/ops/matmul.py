@@ -13,6 +13,7 @@ from typing import Any
 from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
+from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (broadcast_into, contiguous, describe, is_scalar, ones, pair, permuted,
                       reduce_into, reshaped, result, scalar_of)
@@ -22,10 +23,10 @@ def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
     """(C-contiguous array, transposed?) with ``array.T`` == data when flagged."""
     data, kern = t._data, t._kern
     if kern.is_c_contiguous(data):
-        return data, False
+        return data, 0
     if len(data.shape) == 2 and kern.is_c_contiguous(data.T):
-        return data.T, True
-    return contiguous(t), False
+        return data.T, 1
+    return contiguous(t), 0
 
 
 def _as_matrix(array: Any, shape2: tuple, transposed: bool = False) -> Any:
@@ -61,8 +62,12 @@ def matmul(a: Any, b: Any) -> Tensor:
                 and len(sb) == 2 and sa[1] == sb[0] and kern.is_c_contiguous(ad) \
                 and kern.is_c_contiguous(bd):
             out = buffers.take(kern, (sa[0], sb[1]), ad.dtype)
-            kernels.call(kern, "gemm", 0, ad, bd, out, False, False, 1.0, 0.0)
-            return result(out, kern, (a, b), _matmul_backward, (ad, False, bd, False, None))
+            kernels.call(kern, "gemm", 0, ad, bd, out, 0, 0, 1.0, 0.0)
+            # result(out, kern, (a, b), _matmul_backward, saved), inline
+            if (a.requires_grad or b.requires_grad) and _tape_state.depth > 0:
+                return Tensor(out, kern, True,
+                              Node(_matmul_backward, (a, b), (ad, 0, bd, 0, None)), out)
+            return Tensor(out, kern, False, None, out)
     return _matmul_checked(a, b)
 
 
@@ -149,12 +154,12 @@ def _bmm_operand(t: Tensor, shape: tuple, batch: tuple) -> tuple:
     div = _divisor(shape[:-2], batch)
     if div is None:   # (only an operand of 3 or more dims: its shape is t's)
         full = broadcast_into(t._kern, t._data, batch + (rows, cols))
-        return reshaped(full, (_prod(batch), rows, cols)), False, 1, True
+        return reshaped(full, (_prod(batch), rows, cols)), 0, 1, True
     count = _prod(shape[:-2])
     base = _swapped(t)
     if base is not None:
-        return reshaped(base, (count, cols, rows)), True, div, False
-    return reshaped(contiguous(t), (count, rows, cols)), False, div, False
+        return reshaped(base, (count, cols, rows)), 1, div, False
+    return reshaped(contiguous(t), (count, rows, cols)), 0, div, False
 
 
 def _bmm(a: Tensor, b: Tensor, pa: tuple, pb: tuple, batch: tuple, out_shape: tuple) -> Tensor:
@@ -182,15 +187,15 @@ def _bmm_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     g3 = reshaped(g, o3)
     if a.requires_grad:
         dest, beta = ctx.dest(a)
-        _bmm_grad(kern, g3, b3, False, not tb, a_div, 1, b_div, dest, beta, a_full, pa, batch,
+        _bmm_grad(kern, g3, b3, 0, 1 - tb, a_div, 1, b_div, dest, beta, a_full, pa, batch,
                   count)
     if b.requires_grad:
         dest, beta = ctx.dest(b)
-        _bmm_grad(kern, a3, g3, not ta, False, b_div, a_div, 1, dest, beta, b_full, pb, batch,
+        _bmm_grad(kern, a3, g3, 1 - ta, 0, b_div, a_div, 1, dest, beta, b_full, pb, batch,
                   count)
 
 
-def _bmm_grad(kern: Any, x3: Any, y3: Any, tx: bool, ty: bool, div: int, x_div: int,
+def _bmm_grad(kern: Any, x3: Any, y3: Any, tx: int, ty: int, div: int, x_div: int,
               y_div: int, dest: Any, beta: float, full: bool, shape: tuple, batch: tuple,
               count: int) -> None:
     """One operand's gradient: a bgemm straight into ``dest``, or, for an
@@ -224,15 +229,15 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     # view of a device array does not reference its parent, so the pool
     # would see g idle and could hand it out as a destination below.
     g = ones(kern, o2, ad.dtype) if gout is None else gout
-    g2 = _as_matrix(g, o2)
+    g2 = g if g.shape == o2 else reshaped(g, o2)
     if a.requires_grad:   # dA = G @ op(B)^T
         dest, beta = ctx.dest(a)
-        kernels.call(kern, "gemm", 0, g2, bm, dest if a2 is None else _as_matrix(dest, a2), False,
-                     not tb, 1.0, beta)
+        kernels.call(kern, "gemm", 0, g2, bm, dest if a2 is None else _as_matrix(dest, a2), 0,
+                     1 - tb, 1.0, beta)
     if b.requires_grad:   # dB = op(A)^T @ G
         dest, beta = ctx.dest(b)
-        kernels.call(kern, "gemm", 0, am, g2, dest if b2 is None else _as_matrix(dest, b2), not ta,
-                     False, 1.0, beta)
+        kernels.call(kern, "gemm", 0, am, g2, dest if b2 is None else _as_matrix(dest, b2), 1 - ta,
+                     0, 1.0, beta)
 
 
 # ------------------------------------------------------------------ linear
@@ -322,10 +327,10 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     pre = buffers.take(kern, out2.shape, dtype) if kept else out2
     fused = codes.IDENT if kept else code
     if bias is None:
-        kernels.call(kern, "linear", 0, x2, wd, wd[0], pre, False, fused, scalar_of(dtype, p))
+        kernels.call(kern, "linear", 0, x2, wd, wd[0], pre, 0, fused, scalar_of(dtype, p))
         inputs = (x, weight)
     else:
-        kernels.call(kern, "linear", 0, x2, wd, bias._data, pre, True, fused, scalar_of(dtype, p))
+        kernels.call(kern, "linear", 0, x2, wd, bias._data, pre, 1, fused, scalar_of(dtype, p))
         inputs = (x, weight, bias)
     if kept:
         kernels.call(kern, "unary", out2.size, code, pre, out2, scalar_of(dtype, p),
@@ -346,11 +351,11 @@ def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         g2 = pre
     if weight.requires_grad:   # dW = G^T @ x
         dest, beta = ctx.dest(weight)
-        kernels.call(kern, "gemm", 0, g2, x2, dest, True, False, 1.0, beta)
+        kernels.call(kern, "gemm", 0, g2, x2, dest, 1, 0, 1.0, beta)
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums of G
         bias = node.inputs[2]
         dest, beta = ctx.dest(bias)
         kernels.call(kern, "sum_to", 0, g2, reshaped(dest, (1, dest.size)), 1.0, beta)
     if x.requires_grad:   # dx = G @ W
         dest, beta = ctx.dest(x)
-        kernels.call(kern, "gemm", 0, g2, wd, reshaped(dest, x2.shape), False, False, 1.0, beta)
+        kernels.call(kern, "gemm", 0, g2, wd, reshaped(dest, x2.shape), 0, 0, 1.0, beta)

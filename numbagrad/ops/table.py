@@ -17,9 +17,11 @@ import numpy as np
 
 from ..kernels import scalar as codes
 from ..tensor import Tensor
+from . import conv, pool   # convolution and pooling
 from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
-from . import activations, extrema, statistics  # noqa: I001 (issue 17's families)
+from . import dropout as random_ops   # randomness, dropout and embedding
+from . import activations, extrema, statistics  # noqa: I001 (activations and reductions)
 
 
 @dataclass(frozen=True)
@@ -167,8 +169,21 @@ OPS: tuple[Op, ...] = (
     Op("binary_cross_entropy", losses.binary_cross_entropy),   # probabilities: test_losses17
 
     # --- randomness, dropout and embedding
+    # (random masks and integer indices: tests/test_dropout.py, tests/test_nn_modules.py)
+    Op("dropout", random_ops.dropout),
+    Op("embedding", random_ops.embedding),
 
     # --- convolution and pooling
+    Op("conv1d", conv.conv1d, torch="F.conv1d(a, b, None, 2, 1, 1, 2)",
+       sample=((2, 4, 7), (4, 2, 3)), args=(None, 2, 1, 1, 2)),
+    Op("conv2d", conv.conv2d, torch="F.conv2d(a, b, None, 1, 1)",
+       sample=((2, 2, 4, 5), (3, 2, 2, 3)), args=(None, 1, 1)),
+    Op("max_pool2d", pool.max_pool2d, torch="F.max_pool2d(a, 2, 1)", sample=((2, 2, 3, 4),),
+       args=(2, 1)),
+    Op("avg_pool2d", pool.avg_pool2d, torch="F.avg_pool2d(a, 3, 2, 1)", sample=((1, 2, 5, 4),),
+       args=(3, 2, 1)),
+    Op("adaptive_avg_pool2d", pool.adaptive_avg_pool2d, torch="F.adaptive_avg_pool2d(a, (2, 3))",
+       sample=((1, 2, 5, 4),), args=((2, 3),)),
 
     # --- normalisation and attention
 

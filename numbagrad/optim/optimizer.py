@@ -139,14 +139,32 @@ class Optimizer:
         sample count. Returns False, too, when a non-finite window is skipped.
         """
         win = self._window
-        # The common call, a .grad micro-step that does not close the window,
-        # by this window's thread: all the checks below would pass and only count it.
-        if grads is None and samples is None and win.pos + 1 < win.accumulate_steps \
-                and win.thread == get_ident() and win.mode != "map" \
-                and win.average != "samples" and not self._taken:
-            win.mode = "grad"
-            win.pos += 1
-            return False
+        # The common calls, a .grad micro-step by this window's thread: all the
+        # checks below would pass. One that does not close the window only
+        # counts; one that closes it through the window's boundary kernel
+        # (built by an earlier close) runs just that when a param holds a
+        # gradient (else the path below warns).
+        if grads is None and samples is None and win.thread == get_ident() \
+                and win.mode != "map" and win.average != "samples" and not self._taken:
+            pos = win.pos + 1
+            if pos < win.accumulate_steps:
+                win.mode = "grad"
+                win.pos = pos
+                return False
+            fused = win.boundary
+            if fused and win.hook is None and pos == win.accumulate_steps:
+                live = fused.group.grad_flags()
+                if True in live:
+                    try:
+                        lr = self._lr_for(win.t)
+                        win.mode = "grad"
+                        win.pos = pos
+                        if fused.close(lr, pos, live):
+                            return True
+                        return win.close(self._rule, lr)   # non-finite: the Python path
+                    except BaseException:
+                        win.release_if_idle()
+                        raise
         self._check_usable()
         win.claim("step()")
         try:

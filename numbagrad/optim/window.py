@@ -344,13 +344,14 @@ class Boundary:
     (armed by ``FusedUpdate``) and then calls ``applied``.
     """
 
-    __slots__ = ("after", "args", "ctl", "group", "kernel", "sent", "values", "win")
+    __slots__ = ("after", "args", "ctl", "cells", "group", "kernel", "sent", "values", "win")
 
     def __init__(self, win: Window, spec: BoundaryKernel, ctl: np.ndarray) -> None:
         self.win = win
         self.group = win.groups[0]
         self.kernel, self.args, self.values, self.after = spec
         self.ctl = ctl
+        self.cells = memoryview(ctl)   # ctl's elements as Python floats (cheaper than ctl[i])
         self.sent: tuple = ()   # the values last written to ctl[LR:]
 
     @classmethod
@@ -374,24 +375,26 @@ class Boundary:
             self.ctl[bk.LR:bk.LR + len(values)] = values
             self.sent = values
         self.group.set_live(live)
-        self.ctl[bk.CLOSING] = 1.0    # the boundary kernel sets it back to 0
+        self.cells[bk.CLOSING] = 1.0    # the boundary kernel sets it back to 0
 
-    def close(self, lr: float, positions: int) -> bool:
-        """Close the ``.grad`` window now: True when the update was applied. False
-        (a non-finite total) changes nothing that ``Window.close`` reads."""
-        self.arm(lr, positions, self.group.grad_flags())
+    def close(self, lr: float, positions: int, live: tuple | None = None) -> bool:
+        """Close the ``.grad`` window now (``live``: the group's ``grad_flags()``,
+        if the caller has them): True when the update was applied. False (a
+        non-finite total) changes nothing that ``Window.close`` reads."""
+        self.arm(lr, positions, self.group.grad_flags() if live is None else live)
         self.kernel(*self.args)
         return self.applied()
 
     def applied(self) -> bool:
         """After the kernel ran: False if it applied nothing, else the window's
         bookkeeping (a new window) and True."""
-        if self.ctl[bk.STATUS] == 0.0:
+        cells = self.cells
+        if cells[bk.STATUS] == 0.0:
             return False
         if self.after is not None:
             self.after()
         win = self.win
-        norm = float(self.ctl[bk.NORM])
+        norm = cells[bk.NORM]
         win.last_grad_norm = None if norm < 0 else norm   # clip_scale's -1.0: not needed
         win.finish("grad")
         return True

@@ -14,6 +14,8 @@ serial and threaded variants; the CUDA module's has the same names.
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ._threads import MT_MIN  # noqa: F401
@@ -30,6 +32,7 @@ from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_
 from .select import astype, compare, where, where_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 from .. import NAMES as _NAMES
+from .. import split as _split
 from .. import table as _table
 
 name = "cpu"
@@ -64,8 +67,8 @@ def synchronize() -> None:
     """Nothing to wait for: CPU kernels finish before they return."""
 
 
-def is_c_contiguous(array) -> bool:
-    return array.flags.c_contiguous
+# (a C-level getter: the ops' fast paths ask it several times per op)
+is_c_contiguous = operator.attrgetter("flags.c_contiguous")
 
 
 # Each family's imports under its own heading:
@@ -77,9 +80,13 @@ from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa:
 from .loss_terms import loss_terms, loss_terms_backward, nll, nll_backward  # noqa: F401
 
 # randomness, dropout and embedding
+from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
 
 # convolution and pooling
+from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d,  # noqa: F401
+                   avg_pool2d_backward, col2im, im2col, max_pool2d, max_pool2d_backward)
 
 # normalisation and attention
 
 KERNELS = _table(globals(), _NAMES)
+KERNEL_FNS = _split(KERNELS)

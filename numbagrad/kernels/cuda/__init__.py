@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from .. import NAMES as _NAMES
+from .. import split as _split
 from .. import table as _table
 from ._core import (MAX_BLOCKS, THREADS, TILE, WPT, empty, from_host,  # noqa: F401
                     is_c_contiguous, is_device_array, kernel_sources, launch_count,
@@ -45,9 +46,13 @@ from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa:
 from .loss_terms import loss_terms, loss_terms_backward, nll, nll_backward  # noqa: F401
 
 # randomness, dropout and embedding
+from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
 
 # convolution and pooling
+from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d,  # noqa: F401
+                   avg_pool2d_backward, col2im, im2col, max_pool2d, max_pool2d_backward)
 
 # normalisation and attention
 
 KERNELS = _table(globals(), _NAMES)
+KERNEL_FNS = _split(KERNELS)

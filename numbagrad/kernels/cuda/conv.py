@@ -1,0 +1,301 @@
+"""CUDA convolution and pooling kernels (see ``kernels/cpu/conv.py``): one
+launch each, one thread per written element in a grid-stride loop; the
+gradients gather over the columns or windows of an element in the order the
+CPU kernels add them (no atomics), summing in float64 as they do.
+"""
+from __future__ import annotations
+
+import math
+
+from numba import cuda, int64, types
+
+from ..cpu.conv import pool_divisor
+from ._core import THREADS, Config, array_type, grid, kernel, launch
+
+_divisor = cuda.jit(device=True)(pool_divisor)
+_I = int64
+_B = types.boolean
+
+
+def _a(dt, ndim: int):
+    return array_type(dt, ndim)
+
+
+@kernel("im2col", lambda dt: (_a(dt, 4), _a(dt, 6), _I, _I, _I, _I, _I, _I))
+def _im2col_source(config: Config, dtype):
+    def im2col_kernel(x, cols, sh, sw, ph, pw, dh, dw):
+        C, KH, KW, N, OH, OW = cols.shape
+        H, W = x.shape[2], x.shape[3]
+        k = cuda.grid(1)
+        while k < cols.size:
+            r = k
+            ow = r % OW
+            r //= OW
+            oh = r % OH
+            r //= OH
+            n = r % N
+            r //= N
+            j = r % KW
+            r //= KW
+            i = r % KH
+            c = r // KH
+            h = oh * sh - ph + i * dh
+            w = ow * sw - pw + j * dw
+            v = 0.0
+            if 0 <= h < H and 0 <= w < W:
+                v = x[n, c, h, w]
+            cols[c, i, j, n, oh, ow] = v
+            k += cuda.gridsize(1)
+
+    return im2col_kernel
+
+
+@kernel("col2im", lambda dt: (_a(dt, 6), _a(dt, 4), _I, _I, _I, _I, _I, _I, dt))
+def _col2im_source(config: Config, dtype):
+    def col2im_kernel(cols, dest, sh, sw, ph, pw, dh, dw, beta):
+        C, KH, KW, N, OH, OW = cols.shape
+        H, W = dest.shape[2], dest.shape[3]
+        k = cuda.grid(1)
+        while k < dest.size:
+            w = k % W
+            h = (k // W) % H
+            c = (k // (W * H)) % C
+            n = k // (W * H * C)
+            acc = 0.0
+            for i in range(KH):
+                t = h + ph - i * dh
+                if t >= 0 and t % sh == 0 and t // sh < OH:
+                    for j in range(KW):
+                        u = w + pw - j * dw
+                        if u >= 0 and u % sw == 0 and u // sw < OW:
+                            acc += cols[c, i, j, n, t // sh, u // sw]
+            if beta == 0.0:
+                dest[n, c, h, w] = acc
+            else:
+                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            k += cuda.gridsize(1)
+
+    return col2im_kernel
+
+
+@kernel("max_pool2d", lambda dt: (_a(dt, 4), _a(dt, 4), array_type(int64, 4), _I, _I, _I, _I,
+                                  _I, _I, _I, _I))
+def _max_pool2d_source(config: Config, dtype):
+    def max_pool2d_kernel(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+        N, C, OH, OW = out.shape
+        H, W = x.shape[2], x.shape[3]
+        k = cuda.grid(1)
+        while k < out.size:
+            ow = k % OW
+            oh = (k // OW) % OH
+            c = (k // (OW * OH)) % C
+            n = k // (OW * OH * C)
+            h0 = oh * sh - ph
+            w0 = ow * sw - pw
+            while h0 < 0:
+                h0 += dh
+            while w0 < 0:
+                w0 += dw
+            best = -math.inf
+            at = h0 * W + w0
+            for i in range(kh):
+                h = oh * sh - ph + i * dh
+                if 0 <= h < H:
+                    for j in range(kw):
+                        w = ow * sw - pw + j * dw
+                        if 0 <= w < W:
+                            v = x[n, c, h, w]
+                            if v > best or v != v:
+                                best = v
+                                at = h * W + w
+            out[n, c, oh, ow] = best
+            idx[n, c, oh, ow] = at
+            k += cuda.gridsize(1)
+
+    return max_pool2d_kernel
+
+
+@kernel("max_pool2d_backward", lambda dt: (_a(dt, 4), array_type(int64, 4), _a(dt, 4), _I, _I,
+                                           _I, _I, _I, _I, _I, _I, dt))
+def _max_pool2d_backward_source(config: Config, dtype):
+    def max_pool2d_backward_kernel(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
+        N, C, OH, OW = g.shape
+        H, W = dest.shape[2], dest.shape[3]
+        k = cuda.grid(1)
+        while k < dest.size:
+            w = k % W
+            h = (k // W) % H
+            c = (k // (W * H)) % C
+            n = k // (W * H * C)
+            acc = 0.0
+            for i in range(kh - 1, -1, -1):   # windows in increasing order
+                t = h + ph - i * dh
+                if t >= 0 and t % sh == 0 and t // sh < OH:
+                    for j in range(kw - 1, -1, -1):
+                        u = w + pw - j * dw
+                        if u >= 0 and u % sw == 0 and u // sw < OW:
+                            if idx[n, c, t // sh, u // sw] == h * W + w:
+                                acc += g[n, c, t // sh, u // sw]
+            if beta == 0.0:
+                dest[n, c, h, w] = acc
+            else:
+                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            k += cuda.gridsize(1)
+
+    return max_pool2d_backward_kernel
+
+
+@kernel("avg_pool2d", lambda dt: (_a(dt, 4), _a(dt, 4), _I, _I, _I, _I, _I, _I, _B))
+def _avg_pool2d_source(config: Config, dtype):
+    def avg_pool2d_kernel(x, out, kh, kw, sh, sw, ph, pw, include_pad):
+        N, C, OH, OW = out.shape
+        H, W = x.shape[2], x.shape[3]
+        k = cuda.grid(1)
+        while k < out.size:
+            ow = k % OW
+            oh = (k // OW) % OH
+            c = (k // (OW * OH)) % C
+            n = k // (OW * OH * C)
+            div, h0, w0, h1, w1 = _divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad)
+            acc = 0.0
+            for h in range(h0, h1):
+                for w in range(w0, w1):
+                    acc += x[n, c, h, w]
+            out[n, c, oh, ow] = acc / div
+            k += cuda.gridsize(1)
+
+    return avg_pool2d_kernel
+
+
+@kernel("avg_pool2d_backward", lambda dt: (_a(dt, 4), _a(dt, 4), _I, _I, _I, _I, _I, _I, _B,
+                                           dt))
+def _avg_pool2d_backward_source(config: Config, dtype):
+    def avg_pool2d_backward_kernel(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta):
+        N, C, OH, OW = g.shape
+        H, W = dest.shape[2], dest.shape[3]
+        k = cuda.grid(1)
+        while k < dest.size:
+            w = k % W
+            h = (k // W) % H
+            c = (k // (W * H)) % C
+            n = k // (W * H * C)
+            acc = 0.0
+            for i in range(kh - 1, -1, -1):   # windows in increasing order
+                t = h + ph - i
+                if t >= 0 and t % sh == 0 and t // sh < OH:
+                    for j in range(kw - 1, -1, -1):
+                        u = w + pw - j
+                        if u >= 0 and u % sw == 0 and u // sw < OW:
+                            div = _divisor(t // sh, u // sw, H, W, kh, kw, sh, sw, ph, pw,
+                                           include_pad)[0]
+                            acc += g[n, c, t // sh, u // sw] / div
+            if beta == 0.0:
+                dest[n, c, h, w] = acc
+            else:
+                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            k += cuda.gridsize(1)
+
+    return avg_pool2d_backward_kernel
+
+
+@kernel("adaptive_avg_pool2d", lambda dt: (_a(dt, 4), _a(dt, 4)))
+def _adaptive_avg_pool2d_source(config: Config, dtype):
+    def adaptive_avg_pool2d_kernel(x, out):
+        N, C, OH, OW = out.shape
+        H, W = x.shape[2], x.shape[3]
+        k = cuda.grid(1)
+        while k < out.size:
+            ow = k % OW
+            oh = (k // OW) % OH
+            c = (k // (OW * OH)) % C
+            n = k // (OW * OH * C)
+            h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
+            w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
+            acc = 0.0
+            for h in range(h0, h1):
+                for w in range(w0, w1):
+                    acc += x[n, c, h, w]
+            out[n, c, oh, ow] = acc / ((h1 - h0) * (w1 - w0))
+            k += cuda.gridsize(1)
+
+    return adaptive_avg_pool2d_kernel
+
+
+@kernel("adaptive_avg_pool2d_backward", lambda dt: (_a(dt, 4), _a(dt, 4), dt))
+def _adaptive_avg_pool2d_backward_source(config: Config, dtype):
+    def adaptive_avg_pool2d_backward_kernel(g, dest, beta):
+        N, C, OH, OW = g.shape
+        H, W = dest.shape[2], dest.shape[3]
+        k = cuda.grid(1)
+        while k < dest.size:
+            w = k % W
+            h = (k // W) % H
+            c = (k // (W * H)) % C
+            n = k // (W * H * C)
+            acc = 0.0
+            for oh in range((h * OH) // H, ((h + 1) * OH + H - 1) // H):
+                h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
+                if h0 <= h < h1:
+                    for ow in range((w * OW) // W, ((w + 1) * OW + W - 1) // W):
+                        w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
+                        if w0 <= w < w1:
+                            acc += g[n, c, oh, ow] / ((h1 - h0) * (w1 - w0))
+            if beta == 0.0:
+                dest[n, c, h, w] = acc
+            else:
+                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            k += cuda.gridsize(1)
+
+    return adaptive_avg_pool2d_backward_kernel
+
+
+# ------------------------------------------------------------ launchers
+def _run(name: str, size: int, out, *args) -> None:
+    if size:
+        launch(name, out.dtype, grid(size), THREADS, *args)
+
+
+def im2col(x, cols, sh, sw, ph, pw, dh, dw) -> None:
+    """See ``kernels.cpu.im2col``."""
+    _run("im2col", cols.size, cols, x, cols, int(sh), int(sw), int(ph), int(pw), int(dh),
+         int(dw))
+
+
+def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta) -> None:
+    """See ``kernels.cpu.col2im``."""
+    _run("col2im", dest.size, dest, cols, dest, int(sh), int(sw), int(ph), int(pw), int(dh),
+         int(dw), dest.dtype.type(beta))
+
+
+def max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw) -> None:
+    """See ``kernels.cpu.max_pool2d``."""
+    _run("max_pool2d", out.size, out, x, out, idx, int(kh), int(kw), int(sh), int(sw), int(ph),
+         int(pw), int(dh), int(dw))
+
+
+def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta) -> None:
+    """See ``kernels.cpu.max_pool2d_backward``."""
+    _run("max_pool2d_backward", dest.size, dest, g, idx, dest, int(kh), int(kw), int(sh),
+         int(sw), int(ph), int(pw), int(dh), int(dw), dest.dtype.type(beta))
+
+
+def avg_pool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad) -> None:
+    """See ``kernels.cpu.avg_pool2d``."""
+    _run("avg_pool2d", out.size, out, x, out, int(kh), int(kw), int(sh), int(sw), int(ph),
+         int(pw), bool(include_pad))
+
+
+def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta) -> None:
+    """See ``kernels.cpu.avg_pool2d_backward``."""
+    _run("avg_pool2d_backward", dest.size, dest, g, dest, int(kh), int(kw), int(sh), int(sw),
+         int(ph), int(pw), bool(include_pad), dest.dtype.type(beta))
+
+
+def adaptive_avg_pool2d(x, out) -> None:
+    """See ``kernels.cpu.adaptive_avg_pool2d``."""
+    _run("adaptive_avg_pool2d", out.size, out, x, out)
+
+
+def adaptive_avg_pool2d_backward(g, dest, beta) -> None:
+    """See ``kernels.cpu.adaptive_avg_pool2d_backward``."""
+    _run("adaptive_avg_pool2d_backward", dest.size, dest, g, dest, dest.dtype.type(beta))
