@@ -17,6 +17,8 @@ UNARY = [
     ("softplus", ng.softplus, F.softplus),
     ("softplus_beta", lambda x: ng.softplus(x, beta=2.0, threshold=1.5),
      lambda x: F.softplus(x, beta=2.0, threshold=1.5)),
+    ("softplus_beta_only", lambda x: ng.softplus(x, beta=0.5),
+     lambda x: F.softplus(x, beta=0.5)),
     ("abs", ng.abs, torch.abs),
     ("clamp", lambda x: ng.clamp(x, -0.5, 0.7), lambda x: torch.clamp(x, -0.5, 0.7)),
     ("clamp_min", lambda x: ng.clamp(x, min=0.1), lambda x: torch.clamp(x, min=0.1)),
@@ -24,6 +26,7 @@ UNARY = [
     ("clamp_empty_range", lambda x: ng.clamp(x, 0.5, -0.5), lambda x: torch.clamp(x, 0.5, -0.5)),
 ]
 BINARY = [("maximum", ng.maximum, torch.maximum), ("minimum", ng.minimum, torch.minimum)]
+F32 = UNARY[:7] + BINARY    # abs and before, and the binary ops
 RANKS = [(), (3,), (2, 3), (2, 1, 3), (1, 2, 2, 2)]
 
 
@@ -75,7 +78,7 @@ def test_abs_gradient_at_zero_is_zero(dev):
     np.testing.assert_array_equal(dev.host(ng.backward(loss)[x.id]), [0.0, 0.0, 1.0, -1.0])
 
 
-@pytest.mark.parametrize("name, f, g", UNARY[:6] + BINARY, ids=[c[0] for c in UNARY[:6] + BINARY])
+@pytest.mark.parametrize("name, f, g", F32, ids=[c[0] for c in F32])
 def test_float32_within_1e5(dev, name, f, g):
     arrays = [a.astype(np.float32) for a in
               inputs([(2, 3)] * (2 if name in ("maximum", "minimum") else 1), seed=5)]
@@ -131,15 +134,16 @@ def test_bad_input_is_refused_before_anything_runs():
 
 
 def test_cuda_launch_bounds():
-    """One launch forward and one per gradient written; softplus with beta != 1
-    and clamp with both bounds chain three and two unary ops."""
+    """One launch forward and one per gradient written; clamp with both bounds,
+    and softplus with beta != 1 and threshold != 20, chain two and three unary ops."""
     dev = cuda_dev()
     x = dev.param(inputs([(2, 3)])[0])
     y = dev.param(inputs([(2, 3)], seed=1)[0])
     for f, bound in [(ng.gelu, 1), (ng.silu, 1), (ng.abs, 1), (ng.softplus, 1),
                      (lambda t: ng.clamp(t, min=0.0), 1), (lambda t: ng.maximum(t, y), 1),
+                     (lambda t: ng.softplus(t, beta=2.0), 1),
                      (lambda t: ng.clamp(t, -1.0, 1.0), 2),
-                     (lambda t: ng.softplus(t, beta=2.0), 3)]:
+                     (lambda t: ng.softplus(t, beta=2.0, threshold=3.0), 3)]:
         forward, backward = cuda_launches(f, x)
         assert forward == bound and backward == 1
     b, w = dev.param(np.zeros(3)), dev.param(np.ones((3, 3)))

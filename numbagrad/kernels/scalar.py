@@ -17,10 +17,11 @@ import math
 # Unary codes: y = f(x, p).
 IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
     ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S = range(15)
-# activations (ops/activations.py): softplus's p is its threshold (beta 1),
-# clamp's p its bound
-GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX = range(15, 22)
-N_UNARY = 22
+# activations (ops/activations.py): SOFTPLUS's p is its threshold (beta 1),
+# SOFTPLUS_BETA's its beta (threshold 20, PyTorch's default), clamp's its bound
+GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX, SOFTPLUS_BETA = range(15, 23)
+N_UNARY = 23
+_SOFTPLUS_THRESHOLD = 20.0
 # Binary codes: y = f(a, b).
 ADD, SUB, MUL, DIV, MAX, MIN = range(6)
 N_BINARY = 6
@@ -95,6 +96,8 @@ def unary(code, x, p):
         return p if x < p else x        # nan stays nan
     if code == CLAMP_MAX:
         return p if x > p else x
+    if code == SOFTPLUS_BETA:
+        return x if x * p > _SOFTPLUS_THRESHOLD else math.log1p(math.exp(x * p)) / p
     raise ValueError("unary: unknown op code")
 
 
@@ -150,6 +153,11 @@ def unary_grad(code, x, y, p):
         return 1.0 if x >= p else 0.0
     if code == CLAMP_MAX:
         return 1.0 if x <= p else 0.0
+    if code == SOFTPLUS_BETA:
+        if x * p > _SOFTPLUS_THRESHOLD:
+            return 1.0
+        z = math.exp(x * p)
+        return z / (z + 1)
     raise ValueError("unary_grad: unknown op code")
 
 

@@ -1,7 +1,7 @@
 """Activations of issue 17 (gelu, silu, softplus, abs, clamp, maximum,
 minimum), built on ``elementwise``'s unary and binary kernels: one launch
-forward, one per gradient written (softplus with beta != 1 and clamp with
-both bounds are two or three unary passes, see their docstrings)."""
+forward, one per gradient written (clamp with both bounds, and softplus
+with beta != 1 and threshold != 20, are two or three unary passes)."""
 from __future__ import annotations
 
 from typing import Any
@@ -34,13 +34,15 @@ def silu(x: Any) -> Tensor:
 
 def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
-    (PyTorch's ``F.softplus``). The kernel code takes one parameter, the
-    threshold, at beta = 1; another beta runs softplus(beta x) / beta as three
-    unary passes (three launches each way)."""
+    (PyTorch's ``F.softplus``). A kernel code takes one parameter: beta = 1
+    (any threshold) and threshold = 20 (any beta) are one unary pass; other
+    pairs run softplus(beta x, threshold) / beta, three passes each way."""
     beta = _number(beta, "softplus", "beta")
     threshold = _number(threshold, "softplus", "threshold")
     if beta == 1.0:
         return ew._unary(codes.SOFTPLUS, x, threshold, "softplus")
+    if threshold == 20.0:
+        return ew._unary(codes.SOFTPLUS_BETA, x, beta, "softplus")
     scaled = ew._unary(codes.MUL_S, x, beta, "softplus")
     return ew._unary(codes.DIV_S, ew._unary(codes.SOFTPLUS, scaled, threshold, "softplus"),
                      beta, "softplus")
