@@ -210,8 +210,8 @@ def test_issue17_kernels_compile_to_ptx_for_hopper_and_ampere():
     ones, which compile every branch of the new codes (gelu's erf, maximum...)."""
     names = ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
              "variance_backward", "cumsum", "loss_terms", "loss_terms_sum",
-             "loss_terms_backward", "nll", "nll_backward", "unary", "unary_backward", "binary",
-             "binary_backward", "gemm")
+             "loss_terms_backward", "nll", "nll_backward", "clamp", "clamp_backward", "unary",
+             "unary_backward", "binary", "binary_backward", "gemm")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     run = subprocess.run([sys.executable, "-c", f"NAMES = {names!r}\n" + PTX_SCRIPT], env=env,
                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)

@@ -41,7 +41,7 @@ NAMES += ()   # N-d strided and fallback kernels
 
 NAMES += ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
           "variance_backward", "cumsum", "loss_terms", "loss_terms_backward", "nll",
-          "nll_backward")   # activations and reductions
+          "nll_backward", "clamp", "clamp_backward")   # activations and reductions
 
 NAMES += ("dropout", "dropout_backward", "embedding_backward")   # randomness, dropout and embedding
 

@@ -1,15 +1,18 @@
 """Activations of issue 17 (gelu, silu, softplus, abs, clamp, maximum,
-minimum), built on ``elementwise``'s unary and binary kernels: one launch
-forward, one per gradient written (clamp with both bounds, and softplus
-with beta != 1 and threshold != 20, are two or three unary passes)."""
+minimum), built on ``elementwise``'s unary and binary kernels (clamp with
+both bounds on ``kernels/*/bounds.py``): one launch forward, one per
+gradient written (softplus with beta != 1 and threshold != 20 excepted:
+three unary passes)."""
 from __future__ import annotations
 
 from typing import Any
 
+from .. import buffers, kernels
 from ..kernels import scalar as codes
+from ..tape import Node, _Backward
 from ..tensor import Tensor
 from . import elementwise as ew
-from ._common import is_scalar, pair
+from ._common import contiguous, is_scalar, ones, operand, pair, reshaped, result, scalar_of
 
 
 def _number(value: Any, op: str, what: str) -> float:
@@ -56,14 +59,35 @@ def abs(x: Any) -> Tensor:  # noqa: A001 (ng.abs, as torch.abs)
 def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     """min(max(x, min), max) with scalar bounds, PyTorch's ``torch.clamp``
     (nan stays nan; where min > max every element is max). The gradient
-    passes where min <= x <= max. Both bounds are two unary passes."""
+    passes where min <= x <= max."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     lo = None if min is None else _number(min, "clamp", "min")
     hi = None if max is None else _number(max, "clamp", "max")
-    if lo is not None:
-        x = ew._unary(codes.CLAMP_MIN, x, lo, "clamp")
-    return x if hi is None else ew._unary(codes.CLAMP_MAX, x, hi, "clamp")
+    if hi is None:
+        return ew._unary(codes.CLAMP_MIN, x, lo, "clamp")
+    if lo is None:
+        return ew._unary(codes.CLAMP_MAX, x, hi, "clamp")
+    x = operand(x, "clamp")
+    kern, xd = x._kern, contiguous(x)
+    out = buffers.take(kern, xd.shape, xd.dtype)
+    kernels.call(kern, "clamp", out.size, _flat(xd), _flat(out), scalar_of(xd.dtype, lo),
+                 scalar_of(xd.dtype, hi))
+    return result(out, kern, (x,), _clamp_backward, (xd, lo, hi))
+
+
+def _clamp_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    xd, lo, hi = node.saved
+    kern, dtype = x._kern, xd.dtype
+    g = ones(kern, xd.shape, dtype) if gout is None else gout
+    dest, beta = ctx.dest(x)
+    kernels.call(kern, "clamp_backward", dest.size, _flat(xd), _flat(g), _flat(dest),
+                 scalar_of(dtype, lo), scalar_of(dtype, hi), beta)
+
+
+def _flat(array: Any) -> Any:
+    return reshaped(array, (array.size,))
 
 
 clip = clamp

@@ -44,6 +44,7 @@ MT_MIN = sys.maxsize
 from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa: F401
                           logsumexp_backward, variance, variance_backward)
 from .loss_terms import loss_terms, loss_terms_backward, nll, nll_backward  # noqa: F401
+from .bounds import clamp, clamp_backward  # noqa: F401
 
 # randomness, dropout and embedding
 from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
