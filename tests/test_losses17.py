@@ -186,3 +186,17 @@ def test_compile_is_bit_identical_to_eager(tmp_path):
         for a, b in zip(pa, pb):
             np.testing.assert_array_equal(a.grad, b.grad)
     assert [s["mode"] for s in step.stats] == ["njit"]
+
+
+def test_an_unknown_loss_code_is_an_error():
+    from numbagrad.kernels import scalar
+    with pytest.raises(ValueError, match="unknown loss code"):
+        scalar.loss_term(scalar.N_LOSS, 1.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="unknown loss code"):
+        scalar.loss_term_grad(scalar.N_LOSS, 1.0, 0.0, 1.0)
+    dev = cuda_dev()
+    kern = ng.kernels.get("cuda")
+    x, out = kern.from_host(np.ones(3)), kern.from_host(np.zeros(3))
+    with pytest.raises(ValueError, match="loss_terms: unknown op code 4"):
+        ng.kernels.call(kern, "loss_terms", 0, scalar.N_LOSS, x, x, out, False, 1.0, 0.0)
+    assert not dev.host(out).any()
