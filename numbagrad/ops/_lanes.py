@@ -17,11 +17,10 @@ from ._common import axes_of, contiguous, copy_strided, ones, permuted, reshaped
 class Lanes(NamedTuple):
     """How a reduction over ``axes`` reads its input: ``x3`` (outer, n, inner),
     C-contiguous; ``perm``: None when that is a view of the input, else the
-    axis order of the copy it was made from (the reduced axes last); ``keep``
-    the input's shape with the reduced axes 1; ``out`` the result's shape."""
+    axis order of the copy it was made from (the reduced axes last); ``out``
+    the result's shape."""
     x3: Any
     perm: tuple | None
-    keep: tuple
     out: tuple
 
     @property
@@ -39,19 +38,18 @@ def lanes(x: Tensor, axis: Any, keepdims: bool, op: str) -> Lanes:
         raise TypeError(f"{op}: keepdims must be a bool, got {keepdims!r}")
     axes = axes_of(x, axis, op)
     shape = tuple(x._data.shape)
-    keep = tuple(1 if d in axes else n for d, n in enumerate(shape))
-    out = keep if keepdims else tuple(n for d, n in enumerate(shape) if d not in axes)
+    out = tuple(1 if d in axes else n for d, n in enumerate(shape) if keepdims or d not in axes)
     xd = contiguous(x)
     n = math.prod(shape[d] for d in axes)
     if not axes or axes == tuple(range(axes[0], axes[-1] + 1)):
         first, last = (axes[0], axes[-1] + 1) if axes else (0, 0)
         x3 = reshaped(xd, (math.prod(shape[:first]), n, math.prod(shape[last:])))
-        return Lanes(x3, None, keep, out)
+        return Lanes(x3, None, out)
     kept = tuple(d for d in range(len(shape)) if d not in axes)
     perm = kept + axes
     moved = buffers.take(x._kern, tuple(shape[d] for d in perm), xd.dtype)
     copy_strided(x._kern, permuted(xd, perm), moved)
-    return Lanes(reshaped(moved, (math.prod(shape[d] for d in kept), n, 1)), perm, keep, out)
+    return Lanes(reshaped(moved, (math.prod(shape[d] for d in kept), n, 1)), perm, out)
 
 
 def gradient_into(ctx: _Backward, x: Tensor, plan: Lanes, run: Any) -> None:
@@ -65,7 +63,7 @@ def gradient_into(ctx: _Backward, x: Tensor, plan: Lanes, run: Any) -> None:
     work = buffers.take(kern, plan.x3.shape, dtype)
     run(work, 0.0)
     moved = tuple(dest.shape[d] for d in plan.perm)
-    copy_strided(kern, permuted(reshaped(work, moved), tuple(np.argsort(plan.perm))), dest,
+    copy_strided(kern, permuted(reshaped(work, moved), tuple(int(d) for d in np.argsort(plan.perm))), dest,
                  scalar_of(dtype, 1.0), scalar_of(dtype, beta))
 
 
