@@ -10,6 +10,9 @@ import os
 import sys
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# every kernels.call_typed checks its arguments against its key's types
+# (tests/test_typed_calls.py also runs the unchecked path)
+os.environ.setdefault("NUMBAGRAD_CHECK_TYPED", "1")
 if os.environ["NUMBA_ENABLE_CUDASIM"] == "1":
     # The simulator runs each CUDA thread as a Python thread: few per block
     # keeps it quick while 4x4 GEMM tiles and 2 blocks of 8 threads still

@@ -4,19 +4,62 @@ Unary ops (and binary ones with a Python scalar) run one ``unary`` kernel;
 tensor-tensor ones one ``binary`` kernel. The backward of a broadcast operand
 sums over the broadcast dimensions inside the kernel and adds straight into
 the destination (a param's accumulator, say a bias, included).
+
+Operands of more than 2 dims have their adjacent dims merged first, where
+every operand's strides and broadcast allow (``_merged``): what merges to 2
+dims runs the 2-D kernels, the rest the N-d ones (``unary_nd``,
+``binary_nd`` and their backwards), which read each operand through its
+strides (a transpose, a slice, a broadcast: no copy). Either way an op is
+one kernel forward and one backward (both gradients of a binary op in one,
+broadcast sums included; ``x op x`` two).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (broadcast_into, broadcast_shape, collapse, contiguous, contiguous_array,
-                      is_scalar, ones, operand, padded2d, pair, reduce_into, reshaped, result,
+from ._common import (broadcast_shape, is_scalar, ones, operand, pair, reshaped, result,
                       scalar_of, view2d)
+
+
+def _merged(kern: Any, shape: tuple, arrays: tuple) -> tuple[tuple, list]:
+    """``shape``'s dims with adjacent ones merged wherever every array (right-
+    aligned to ``shape``, each dim equal to its or 1, any strides) lets them
+    merge into one strided dim, padded to at least 2 dims: (that shape, each
+    array as a view of it: its size-1 dims where it is broadcast). A dim
+    merges with the next where every array is broadcast along both or
+    along neither, and its strides run on through them."""
+    rank = len(shape)
+    dims: list[list] = []   # [size, each array's stride, each array's broadcast flag]
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        strides, flags = [], []
+        for a in arrays:
+            e = d - rank + len(a.shape)
+            flat = e < 0 or a.shape[e] == 1
+            flags.append(flat)
+            strides.append(0 if flat else a.strides[e])
+        last = dims[-1] if dims else None
+        if last and last[2] == flags and all(p == q * n for p, q in zip(last[1], strides)):
+            last[0] *= n
+            last[1] = strides
+        else:
+            dims.append([n, strides, flags])
+    dims = [[1, [0] * len(arrays), [True] * len(arrays)]] * (2 - len(dims)) + dims
+    full = tuple(n for n, _, _ in dims)
+    views = []
+    for i, a in enumerate(arrays):
+        vshape = tuple(1 if f[i] else n for n, _, f in dims)
+        vstrides = tuple(st[i] for _, st, _ in dims)
+        if kern.name == "cpu":   # a NumPy view keeps its base (ng.compile traces it)
+            views.append(a.reshape(vshape, copy=False))
+        else:
+            views.append(kern.as_strided(a, vshape, vstrides, 0))
+    return full, views
 
 
 # ------------------------------------------------------------------ unary
@@ -24,23 +67,31 @@ def _unary(code: int, x: Any, p: float, op: str) -> Tensor:
     x = operand(x, op)
     kern, xd = x._kern, x._data
     dtype = xd.dtype
-    if len(xd.shape) > 2:     # the 2-D kernels read a (strided) matrix; N-d is one row
-        xd = contiguous(x)
     out = buffers.take(kern, xd.shape, dtype)
-    kernels.call(kern, "unary", out.size, code, view2d(xd), view2d(out), scalar_of(dtype, p),
-                 scalar_of(dtype, 1.0), scalar_of(dtype, 0.0))
-    return result(out, kern, (x,), _unary_backward, (code, p, out, xd))
+    if len(xd.shape) <= 2:
+        x2, o2, name = view2d(xd), view2d(out), "unary"
+    else:     # N-d: read through its strides, merged to as few dims as they allow
+        full, (x2,) = _merged(kern, tuple(xd.shape), (xd,))
+        o2, name = reshaped(out, full), "unary" if len(full) == 2 else "unary_nd"
+    kernels.call(kern, name, out.size, code, x2, o2, scalar_of(dtype, p), scalar_of(dtype, 1.0),
+                 scalar_of(dtype, 0.0))
+    return result(out, kern, (x,), _unary_backward, (code, p, out, x2, name))
 
 
 def _unary_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
-    code, p, y, xd = node.saved
+    code, p, y, x2, name = node.saved
     kern = x._kern
     if gout is None:
         gout = ones(kern, y.shape, y.dtype)
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "unary_backward", y.size, code, view2d(xd), view2d(y), view2d(gout),
-                 view2d(dest), beta, scalar_of(y.dtype, p))
+    if len(y.shape) <= 2:
+        kernels.call(kern, "unary_backward", y.size, code, x2, view2d(y), view2d(gout),
+                     view2d(dest), beta, scalar_of(y.dtype, p))
+        return
+    two = x2.shape
+    kernels.call(kern, name + "_backward", y.size, code, x2, reshaped(y, two),
+                 reshaped(gout, two), reshaped(dest, two), beta, scalar_of(y.dtype, p))
 
 
 def relu(x: Any) -> Tensor:
@@ -120,66 +171,39 @@ def _binary(code: int, a: Any, b: Any, op: str | None = None) -> Tensor:
     kern = a._kern
     out = buffers.take(kern, shape, ad.dtype)
     if len(ad.shape) <= 2 and len(bd.shape) <= 2:
-        a2, b2 = view2d(ad), view2d(bd)
-        saved = (code, shape, a2, b2, None)
-    else:
-        a2, b2, full = _nd_operands(kern, ad, bd, shape)
-        saved = (code, shape, a2, b2, full)
-    kernels.call(kern, "binary", out.size, code, a2, b2, view2d(out) if saved[4] is None
-                 else reshaped(out, saved[4]))
-    return result(out, kern, (a, b), _binary_backward, saved)
-
-
-def _nd_operands(kern: Any, ad: Any, bd: Any, shape: tuple) -> tuple[Any, Any, tuple]:
-    """N-d operands as the 2-D kernels read them: both C-contiguous and
-    collapsed to 2 dims (size-1 dims broadcasting), or, where broadcasting
-    does not collapse that far, both broadcast to ``shape`` (a copy each)
-    and read as one row; with the 2-D shape of the output."""
-    ad, bd = contiguous_array(kern, ad), contiguous_array(kern, bd)
-    full, (pa, pb) = collapse(shape, ad.shape, bd.shape)
-    if len(full) <= 2:
-        return reshaped(ad, padded2d(pa)), reshaped(bd, padded2d(pb)), padded2d(full)
-    row = (1, math.prod(shape))
-    ad = ad if tuple(ad.shape) == shape else broadcast_into(kern, ad, shape)
-    bd = bd if tuple(bd.shape) == shape else broadcast_into(kern, bd, shape)
-    return reshaped(ad, row), reshaped(bd, row), row
+        a2, b2, o2, name = view2d(ad), view2d(bd), view2d(out), "binary"
+    else:     # N-d: read through strides and broadcasts, merged to as few dims as they allow
+        full, (a2, b2) = _merged(kern, shape, (ad, bd))
+        o2, name = reshaped(out, full), "binary" if len(full) == 2 else "binary_nd"
+    kernels.call(kern, name, out.size, code, a2, b2, o2)
+    return result(out, kern, (a, b), _binary_backward, (code, a2, b2, o2.shape, name))
 
 
 def _binary_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     a, b = node.inputs
-    code, shape, a2, b2, full = node.saved
+    code, a2, b2, full, name = node.saved
     kern = a._kern
+    nd = name == "binary_nd"
+    name += "_backward"
     # g keeps the pooled seed referenced while only its view is used (see
     # _matmul_backward): otherwise the pool could hand it out as a destination.
-    g = gout if gout is not None else ones(kern, shape, a._data.dtype)
-    g2 = view2d(g) if full is None else reshaped(g, full)
+    g = gout if gout is not None else ones(kern, full, a._data.dtype)
+    g2 = view2d(g) if len(g.shape) <= 2 else reshaped(g, full)
     if a is b:   # x op x: both gradients land in one array, so one at a time
         for first in (True, False):
             dest, beta = ctx.dest(a)
             d2 = reshaped(dest, a2.shape)
-            kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, d2, beta, first,
-                         d2, beta, not first)
+            kernels.call(kern, name, g.size, code, a2, b2, g2, d2, beta, first, d2, beta,
+                         not first)
         return
     da, beta_a = ctx.dest(a) if a.requires_grad else (None, 0.0)
     db, beta_b = ctx.dest(b) if b.requires_grad else (None, 0.0)
-    # Operands broadcast by a copy (N-d): their gradient is summed from a
-    # full-size one afterwards.
-    sum_a = full is not None and da is not None and a2.size != a._data.size
-    sum_b = full is not None and db is not None and b2.size != b._data.size
-    ta = buffers.take(kern, a2.shape, a2.dtype) if sum_a else None
-    tb = buffers.take(kern, b2.shape, b2.dtype) if sum_b else None
-    # An operand that needs no gradient passes its own data, never written.
-    wa = a2 if da is None else (ta if sum_a else reshaped(da, a2.shape))
-    wb = b2 if db is None else (tb if sum_b else reshaped(db, b2.shape))
-    kernels.call(kern, "binary_backward", g.size, code, a2, b2, g2, wa,
-                 0.0 if sum_a else beta_a, da is not None, wb, 0.0 if sum_b else beta_b,
+    # An operand that needs no gradient passes its own data (the N-d kernel:
+    # the C-contiguous gradient) in its place, never written.
+    wa = (g2 if nd else a2) if da is None else reshaped(da, a2.shape)
+    wb = (g2 if nd else b2) if db is None else reshaped(db, b2.shape)
+    kernels.call(kern, name, g.size, code, a2, b2, g2, wa, beta_a, da is not None, wb, beta_b,
                  db is not None)
-    if sum_a:
-        reduce_into(kern, reshaped(ta, shape), da, scalar_of(da.dtype, 1.0),
-                    scalar_of(da.dtype, beta_a))
-    if sum_b:
-        reduce_into(kern, reshaped(tb, shape), db, scalar_of(db.dtype, 1.0),
-                    scalar_of(db.dtype, beta_b))
 
 
 def add(a: Any, b: Any) -> Tensor:

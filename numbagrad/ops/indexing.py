@@ -10,11 +10,13 @@ lookup. Host indices are range-checked before anything runs; a CUDA device
 array of indices is not (an index outside the axis reads as nan and adds
 nothing), nor are indices a compiled step (``ng.compile``) is given later.
 
-One launch per forward and per gradient, except: an array index on a view
-whose dims do not merge into (pre, axis, post) copies it first, and an array
-index combined with other indexing (``x[0, idx]``, ``x[::2, idx]``), like a
-``gather`` whose index is smaller than ``x`` off its axis, writes its
-gradient in two launches (scatter-add, then place).
+One launch per forward and per gradient. An array index on a view whose
+dims do not merge into (pre, axis, post) reads the view in place
+(``index_select_nd``, the axis moved last in a view), and an array index
+combined with other indexing (``x[0, idx]``, ``x[::2, idx]``) writes its
+gradient into the whole destination in one ``index_add_nd``; a ``gather``
+whose index is smaller than ``x`` off its axis reads and writes its corner
+of ``x`` in place (``gather_nd``, ``scatter_add_nd``).
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import axis_of, copy_strided, describe, ones, operand, reshaped, result
+from ._common import (axis_of, copy_strided, describe, ones, operand, permuted, reshaped,
+                      result)
 from .shape import _view, _viewed
 
 
@@ -39,6 +42,20 @@ def _collapse(shape: tuple, strides: tuple) -> int | None:
         if s0 != s1 * n1:
             return None
     return dims[-1][1] if dims else 0
+
+
+def _merges(data: Any, a: int) -> bool:
+    """Whether ``data``'s dims before ``a`` and those after it each merge into one."""
+    shape, strides = tuple(data.shape), tuple(data.strides)
+    return _collapse(shape[:a], strides[:a]) is not None and \
+        _collapse(shape[a + 1:], strides[a + 1:]) is not None
+
+
+def _moved(array: Any, a: int, b: int) -> Any:
+    """A view of ``array`` with dim ``a`` moved to position ``b`` (the others in order)."""
+    axes = [d for d in range(len(array.shape)) if d != a]
+    axes.insert(b, a)
+    return permuted(array, tuple(axes))
 
 
 def _grouped(kern: Any, data: Any, a: int) -> Any:
@@ -176,11 +193,17 @@ def getitem(x: Any, key: Any) -> Tensor:
     out = buffers.take(kern, shape, x.dtype)
     m = int(np.prod(index.shape))
     flat = reshaped(index, (m,))
-    kernels.call(kern, "index_select", out.size, _grouped(kern, view, v), flat,
-                 _out3(kern, out, vshape, v, m, first_dims))
+    if _merges(view, v) or 0 in vshape:
+        kernels.call(kern, "index_select", out.size, _grouped(kern, view, v), flat,
+                     _out3(kern, out, vshape, v, m, first_dims))
+    else:    # read the view in place, the indexed axis moved last in both
+        last = len(vshape) - 1
+        outv = _moved(reshaped(out, (m,) + rest), 0, last) if first_dims else \
+            _moved(reshaped(out, vshape[:v] + (m,) + vshape[v + 1:]), v, last)
+        kernels.call(kern, "index_select_nd", out.size, _moved(view, v, last), flat, outv)
     whole = view.shape == x.shape and all(b == slice(None) for b in basic[:-1])
     return result(out, kern, (x,), _select_backward,
-                  (flat, shape, vshape, v, first_dims, None if whole else lattice))
+                  (flat, shape, vshape, v, first_dims, None if whole else lattice, d))
 
 
 def _out3(kern: Any, out: Any, vshape: tuple, v: int, m: int, first_dims: bool) -> Any:
@@ -208,21 +231,25 @@ def _basic_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 
 def _select_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
-    flat, shape, vshape, v, first_dims, lattice = node.saved
+    flat, shape, vshape, v, first_dims, lattice, d = node.saved
     kern, dtype = x._kern, x._data.dtype
     if gout is None:
         gout = ones(kern, shape, dtype)
-    g3 = _out3(kern, gout, vshape, v, flat.shape[0], first_dims)
-    three = _three(vshape, v)
     dest, beta = ctx.dest(x)
+    m = flat.shape[0]
     if lattice is None:   # the array indexed x itself: scatter straight into dest
-        kernels.call(kern, "index_add", dest.size, g3, flat, reshaped(dest, three), beta)
+        g3 = _out3(kern, gout, vshape, v, m, first_dims)
+        kernels.call(kern, "index_add", dest.size, g3, flat, reshaped(dest, _three(vshape, v)),
+                     beta)
         return
-    grad = buffers.take(kern, vshape, dtype)   # the basic view's gradient, then placed
-    kernels.call(kern, "index_add", grad.size, g3, flat, reshaped(grad, three), 0.0)
+    # gout laid out over x's dims (the lattice's counts, m on the array's
+    # dim d), added into the whole of dest at once
     start, step, counts = lattice
-    kernels.call(kern, "place_nd", dest.size, reshaped(grad, counts), dest, start, step, 0.0,
-                 beta, True)
+    if first_dims:
+        g = _moved(reshaped(gout, (m,) + counts[:d] + counts[d + 1:]), 0, d)
+    else:
+        g = reshaped(gout, counts[:d] + (m,) + counts[d + 1:])
+    kernels.call(kern, "index_add_nd", dest.size, g, flat, dest, start, step, d, beta)
 
 
 def _three(shape: tuple, a: int) -> tuple:
@@ -255,26 +282,30 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
     view = x._data if whole else _view(kern, x._data, lambda t: t[part])
     out = buffers.take(kern, shape, x.dtype)
     idx3 = reshaped(index, _three(shape, a))
-    kernels.call(kern, "gather", out.size, _grouped(kern, view, a), idx3,
-                 reshaped(out, _three(shape, a)))
-    saved = (idx3, tuple(view.shape), a, None if whole else part)
+    if whole and (_merges(view, a) or 0 in shape):
+        kernels.call(kern, "gather", out.size, _grouped(kern, view, a), idx3,
+                     reshaped(out, _three(shape, a)))
+    else:    # read x in place, the axis moved last (a smaller index reads a corner of x)
+        last = x.ndim - 1
+        kernels.call(kern, "gather_nd", out.size, _moved(x._data, a, last),
+                     _moved(index, a, last), _moved(out, a, last))
+    saved = (idx3, tuple(view.shape), a, None if whole else index)
     return result(out, kern, (x,), _gather_backward, saved)
 
 
 def _gather_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     (x,) = node.inputs
-    idx3, vshape, a, part = node.saved
+    idx3, vshape, a, index = node.saved
     kern, dtype = x._kern, x._data.dtype
     if gout is None:
         gout = ones(kern, tuple(idx3.shape), dtype)
-    g3 = reshaped(gout, tuple(idx3.shape))
     dest, beta = ctx.dest(x)
-    if part is None:
-        kernels.call(kern, "scatter_add", dest.size, g3, idx3, reshaped(dest, _three(vshape, a)),
-                     beta)
+    if index is None:
+        kernels.call(kern, "scatter_add", dest.size, reshaped(gout, tuple(idx3.shape)), idx3,
+                     reshaped(dest, _three(vshape, a)), beta)
         return
-    tmp = buffers.take(kern, vshape, dtype)
-    kernels.call(kern, "scatter_add", tmp.size, g3, idx3, reshaped(tmp, _three(vshape, a)), 0.0)
-    start = np.zeros(len(vshape), np.int64)
-    kernels.call(kern, "place_nd", dest.size, tmp, dest, start, np.ones(len(vshape), np.int64),
-                 0.0, beta, True)
+    # a smaller index: its corner of dest gets the gradient, the rest none, in one kernel
+    last = len(vshape) - 1
+    kernels.call(kern, "scatter_add_nd", dest.size, _moved(reshaped(gout, tuple(index.shape)), a,
+                                                           last),
+                 _moved(index, a, last), _moved(dest, a, last), beta)

@@ -2,7 +2,10 @@
 
 ``concatenate`` and ``stack`` write each input into its slice of a new
 array with one ``place_nd`` launch per input (CUDA too); each input's
-gradient is one ``expand_nd`` read of its slice of the output gradient.
+gradient is one ``expand_nd`` read of its slice of the output gradient. One
+launch per input, not per op: a kernel takes arrays, not a list of them, so
+one launch for any number of inputs would need a gathered copy of their
+addresses (a host upload per call) for what is bandwidth-bound anyway.
 ``split`` returns views (``x[..., a:b]``), ``pad`` a new array (one launch).
 """
 from __future__ import annotations
@@ -35,7 +38,8 @@ def _tensors(tensors: Any, op: str) -> list[Tensor]:
 
 def concatenate(tensors: Any, axis: int = 0) -> Tensor:
     """``np.concatenate`` / ``torch.cat``: tensors of one rank (at least 1) and
-    equal sizes except along ``axis``, joined along it. A new array."""
+    equal sizes except along ``axis``, joined along it. A new array (one
+    launch per non-empty input, one per gradient)."""
     ts = _tensors(tensors, "concatenate")
     ndim = ts[0].ndim
     if ndim == 0:

@@ -15,7 +15,7 @@ from ..tape import Node, _Backward
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (check_reduction, contiguous, describe, is_scalar, mean_scale, ones,
-                      operand, pair, permuted, reshaped, result, scalar_of)
+                      operand, pair, reshaped, result, scalar_of)
 
 
 def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -73,7 +73,8 @@ def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
     resid = buffers.take(kern, pd.shape, dtype)
     # _scale(reduction, n), inline
     scale = 1.0 if reduction == "sum" else (1.0 / n if n else math.nan)
-    kernels.call(kern, "mse", n, pd, td, loss, resid, scale)
+    # pd, td and resid: C-contiguous of one rank and dtype; loss: 0-d; a float
+    kernels.call_typed(kern, "mse", n, (dtype, len(pd.shape)), pd, td, loss, resid, scale)
     # result(loss, kern, (pred,), _loss_backward, (resid,)), inline
     if pred.requires_grad and _tape_state.depth > 0:
         return Tensor(loss, kern, True, Node(_loss_backward, (pred,), (resid,)), loss)
@@ -110,8 +111,9 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     ``target`` is a NumPy integer array on either device (on "cuda" it is
     uploaded once per call) or, on "cuda", a Numba device array of integers
     (no upload; its values are not checked on the host). With positions
-    (d1, ...), the classes are moved last in a copy first (and the gradient
-    moved back), as the kernel reads one row per (sample, position).
+    (d1, ...), the kernel reads the logits in place as (N, C, d1 * ...), the
+    classes at stride d1 * ..., and writes the gradient in their layout: one
+    launch either way.
     """
     op = "cross_entropy"
     check_reduction(op, reduction)
@@ -135,15 +137,8 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     grad = buffers.take(kern, shape, dtype)
     scale = _scale(reduction, n * positions)
     lanes3 = (n, classes, positions)
-    rows = buffers.take(kern, (n, positions, classes), dtype)
-    kernels.call(kern, "expand_nd", rows.size, permuted(reshaped(contiguous(x), lanes3),
-                                                         (0, 2, 1)), rows, 1.0, 0.0)
-    grad_rows = buffers.take(kern, (n, positions, classes), dtype)
-    two = (n * positions, classes)
-    kernels.call(kern, "cross_entropy", grad.size, reshaped(rows, two),
-                 reshaped(labels, (n * positions,)), loss, reshaped(grad_rows, two), scale)
-    kernels.call(kern, "expand_nd", grad.size, permuted(grad_rows, (0, 2, 1)),
-                 reshaped(grad, lanes3), 1.0, 0.0)
+    kernels.call(kern, "cross_entropy3", grad.size, reshaped(contiguous(x), lanes3),
+                 reshaped(labels, (n * positions,)), loss, reshaped(grad, lanes3), scale)
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 

@@ -62,7 +62,8 @@ def matmul(a: Any, b: Any) -> Tensor:
                 and len(sb) == 2 and sa[1] == sb[0] and kern.is_c_contiguous(ad) \
                 and kern.is_c_contiguous(bd):
             out = buffers.take(kern, (sa[0], sb[1]), ad.dtype)
-            kernels.call(kern, "gemm", 0, ad, bd, out, 0, 0, 1.0, 0.0)
+            # three C-contiguous matrices of one dtype, two ints, two floats
+            kernels.call_typed(kern, "gemm", 0, ad.dtype, ad, bd, out, 0, 0, 1.0, 0.0)
             # result(out, kern, (a, b), _matmul_backward, saved), inline
             if (a.requires_grad or b.requires_grad) and _tape_state.depth > 0:
                 return Tensor(out, kern, True,
@@ -230,14 +231,21 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     # would see g idle and could hand it out as a destination below.
     g = ones(kern, o2, ad.dtype) if gout is None else gout
     g2 = g if g.shape == o2 else reshaped(g, o2)
+    # the saved operands, the destinations (accumulators or pooled) and a
+    # C-contiguous g2 are C-contiguous matrices of one dtype: the typed call
+    run = kernels.call_typed if kern.is_c_contiguous(g2) else _call_untyped
     if a.requires_grad:   # dA = G @ op(B)^T
         dest, beta = ctx.dest(a)
-        kernels.call(kern, "gemm", 0, g2, bm, dest if a2 is None else _as_matrix(dest, a2), 0,
-                     1 - tb, 1.0, beta)
+        run(kern, "gemm", 0, g2.dtype, g2, bm, dest if a2 is None else _as_matrix(dest, a2), 0,
+            1 - tb, 1.0, beta)
     if b.requires_grad:   # dB = op(A)^T @ G
         dest, beta = ctx.dest(b)
-        kernels.call(kern, "gemm", 0, am, g2, dest if b2 is None else _as_matrix(dest, b2), 1 - ta,
-                     0, 1.0, beta)
+        run(kern, "gemm", 0, g2.dtype, am, g2, dest if b2 is None else _as_matrix(dest, b2),
+            1 - ta, 0, 1.0, beta)
+
+
+def _call_untyped(kern: Any, name: str, size: int, key: Any, *args: Any) -> None:
+    kernels.call(kern, name, size, *args)
 
 
 # ------------------------------------------------------------------ linear

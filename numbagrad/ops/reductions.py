@@ -11,7 +11,7 @@ from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import (axes_of, broadcast_into, contiguous, describe, mean_scale, ones, operand,
-                      padded2d, permuted, reduce_into, reshaped, result, scalar_of, view2d)
+                      padded2d, reduce_into, reshaped, result, scalar_of, view2d)
 
 
 def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
@@ -96,17 +96,9 @@ def _softmax(x: Any, axis: int, log: bool, op: str) -> Tensor:
         two = lanes3[:2] if ax == 1 else lanes3[1:]
         kernels.call(kern, "softmax", out.size, reshaped(xd, two), reshaped(out, two), ax, log)
         return result(out, kern, (x,), _softmax_backward, (out, ax, log, two))
-    # lanes strided in memory: softmax a copy with the axis last, then copy back
-    moved = (lanes3[0], lanes3[2], lanes3[1])
-    xt = buffers.take(kern, moved, xd.dtype)
-    kernels.call(kern, "expand_nd", xt.size, permuted(reshaped(xd, lanes3), (0, 2, 1)), xt,
-                 1.0, 0.0)
-    yt = buffers.take(kern, moved, xd.dtype)
-    rows = (moved[0] * moved[1], moved[2])
-    kernels.call(kern, "softmax", yt.size, reshaped(xt, rows), reshaped(yt, rows), 1, log)
-    kernels.call(kern, "expand_nd", out.size, permuted(yt, (0, 2, 1)), reshaped(out, lanes3),
-                 1.0, 0.0)
-    return result(out, kern, (x,), _softmax_backward, (yt, 1, log, lanes3))
+    # lanes strided in memory (stride `after`): read in place, one kernel each way
+    kernels.call(kern, "softmax3", out.size, reshaped(xd, lanes3), reshaped(out, lanes3), log)
+    return result(out, kern, (x,), _softmax_backward, (out, 1, log, lanes3))
 
 
 def _softmax_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -114,29 +106,20 @@ def _softmax_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     y, ax, log, view = node.saved
     kern = x._kern
     dest, beta = ctx.dest(x)
-    if view is None or len(view) == 2:
-        if gout is None:
-            gout = ones(kern, y.shape, y.dtype)
-        two = (lambda a: view2d(a)) if view is None else (lambda a: reshaped(a, view))
-        kernels.call(kern, "softmax_backward", y.size, two(y), two(gout), two(dest), beta, ax,
-                     log)
+    if gout is None:
+        gout = ones(kern, y.shape, y.dtype)
+    if view is not None and len(view) == 3:
+        kernels.call(kern, "softmax3_backward", y.size, reshaped(y, view), reshaped(gout, view),
+                     reshaped(dest, view), beta, log)
         return
-    # the lanes-last copy: y there, g moved there, dx computed there and moved back
-    moved = tuple(y.shape)
-    rows = (moved[0] * moved[1], moved[2])
-    g = ones(kern, x.shape, y.dtype) if gout is None else gout
-    gt = buffers.take(kern, moved, y.dtype)
-    kernels.call(kern, "expand_nd", gt.size, permuted(reshaped(g, view), (0, 2, 1)), gt, 1.0,
-                 0.0)
-    dt = buffers.take(kern, moved, y.dtype)
-    kernels.call(kern, "softmax_backward", y.size, reshaped(y, rows), reshaped(gt, rows),
-                 reshaped(dt, rows), 0.0, 1, log)
-    kernels.call(kern, "expand_nd", dest.size, permuted(dt, (0, 2, 1)), reshaped(dest, view),
-                 1.0, beta)
+    two = (lambda a: view2d(a)) if view is None else (lambda a: reshaped(a, view))
+    kernels.call(kern, "softmax_backward", y.size, two(y), two(gout), two(dest), beta, ax, log)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
-    """exp(x) / sum(exp(x)) along ``axis``, with the max subtracted first."""
+    """exp(x) / sum(exp(x)) along ``axis``, with the max subtracted first; any
+    axis of an N-d tensor is one kernel forward and one backward (a middle
+    axis read in place, lanes of stride prod(shape[axis + 1:]))."""
     return _softmax(x, axis, False, "softmax")
 
 

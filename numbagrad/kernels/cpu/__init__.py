@@ -67,12 +67,40 @@ def synchronize() -> None:
     """Nothing to wait for: CPU kernels finish before they return."""
 
 
+def entry_point(dispatcher, args: tuple):
+    """The compiled specialisation Numba's ``dispatcher`` runs for ``args``
+    (its CPython entry point), or None: what ``kernels.call_typed`` calls
+    directly. Read from Numba's dispatcher internals (``typeof_pyval``,
+    ``overloads``), so any surprise there gives None: the dispatched path."""
+    try:
+        types = tuple(dispatcher.typeof_pyval(a) for a in args)
+        return dispatcher.overloads[types].entry_point
+    except Exception:   # noqa: BLE001 (a Numba version without these: dispatch)
+        return None
+
+
+def signature(dispatcher, args: tuple) -> tuple:
+    """The Numba types of ``args`` that a call site's key must fix: every
+    array's dtype, rank and layout (not whether it is read-only or aligned,
+    which only the arrays a kernel writes must be, and those come from the
+    pool) and every other argument's type."""
+    out = []
+    for a in args:
+        t = dispatcher.typeof_pyval(a)
+        out.append((t.dtype, t.ndim, t.layout) if isinstance(a, np.ndarray) else t)
+    return tuple(out)
+
+
 # (a C-level getter: the ops' fast paths ask it several times per op)
 is_c_contiguous = operator.attrgetter("flags.c_contiguous")
 
 
 # Each family's imports under its own heading:
 # N-d strided and fallback kernels
+from .strided import binary_nd, binary_nd_backward, unary_nd, unary_nd_backward  # noqa: F401
+from .reductions import softmax3, softmax3_backward  # noqa: F401
+from .losses import cross_entropy3  # noqa: F401
+from .indexing import gather_nd, index_add_nd, index_select_nd, scatter_add_nd  # noqa: F401
 
 # activations and reductions
 from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa: F401

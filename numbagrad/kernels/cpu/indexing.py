@@ -130,3 +130,74 @@ def scatter_add(g, index, dest, beta):
                 r = index[p, i, q]
                 if 0 <= r < n:
                     dest[p, r, q] += g[p, i, q]
+
+
+# ------------------------------------------- N-d forms (an array beside other keys)
+@njit(cache=True, error_model="numpy")
+def index_select_nd(x, index, out):
+    """out[..., i] = x[..., index[i]] for ``x`` and ``out`` of one rank (>= 2),
+    the indexed axis last (permuted views: any strides): ``x[key]`` for a view
+    whose dims do not merge into (pre, axis, post)."""
+    n = x.shape[-1]
+    for idx in np.ndindex(out.shape[:-1]):
+        xr, o = x[idx], out[idx]
+        for i in range(o.size):
+            r = _wrapped(index[i], n)
+            o[i] = xr[r] if r >= 0 else np.nan
+
+
+@njit(cache=True, error_model="numpy")
+def index_add_nd(g, index, dest, start, step, axis, beta):
+    """dest = beta * dest + g added at dest[start + step * j] with dest's
+    ``axis`` at index[j[axis]]: the gradient of ``x[key]`` for a key with an
+    array (on ``axis``) and integers or slices (the lattice ``start``/``step``
+    per dim, 0 and 1 on ``axis``). ``g`` has dest's rank, any strides;
+    ``dest`` C-contiguous. Repeated indices add up in order, as ``index_add``."""
+    b = _cast_like(dest, beta)
+    flat = dest.reshape(-1)
+    for k in range(flat.size):
+        flat[k] = 0.0 if b == 0 else b * flat[k]
+    shape = dest.shape
+    n = shape[axis]
+    for idx in np.ndindex(g.shape):
+        r = _wrapped(index[idx[axis]], n)
+        if r < 0:
+            continue
+        k = 0
+        for d in range(dest.ndim):
+            k = k * shape[d] + (r if d == axis else start[d] + step[d] * idx[d])
+        flat[k] += g[idx]
+
+
+@njit(cache=True, error_model="numpy")
+def gather_nd(x, index, out):
+    """out[..., i] = x[..., index[..., i]] (``torch.gather`` with the axis
+    last: permuted views, any strides, one rank >= 2; ``index`` and ``out``
+    at most x's size off the axis), for a view that does not merge into
+    (pre, axis, post)."""
+    n = x.shape[-1]
+    for idx in np.ndindex(out.shape[:-1]):
+        xr, ir, o = x[idx], index[idx], out[idx]
+        for i in range(o.size):
+            r = ir[i]
+            o[i] = xr[r] if 0 <= r < n else np.nan
+
+
+@njit(cache=True, error_model="numpy")
+def scatter_add_nd(g, index, dest, beta):
+    """dest = beta * dest + (g[..., i] added into dest[..., index[..., i]]), the
+    gradient of ``gather_nd``, into the whole of ``dest`` (the axis last; ``g``
+    and ``index`` may be smaller off it: the rest of dest gets no gradient).
+    Repeated indices add up in order of i."""
+    b = _cast_like(dest, beta)
+    for idx in np.ndindex(dest.shape[:-1]):
+        d = dest[idx]
+        for j in range(d.size):
+            d[j] = 0.0 if b == 0 else b * d[j]
+    n = dest.shape[-1]
+    for idx in np.ndindex(g.shape[:-1]):
+        d, gr, ir = dest[idx], g[idx], index[idx]
+        for i in range(gr.size):
+            r = ir[i]
+            if 0 <= r < n:
+                d[r] += gr[i]

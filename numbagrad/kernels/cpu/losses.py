@@ -187,3 +187,33 @@ def first_bad_label(labels, classes):
         if labels[i] < 0 or labels[i] >= classes:
             return i
     return -1
+
+
+@njit(cache=True, error_model="numpy")
+def cross_entropy3(logits, labels, loss_out, grad_out, scale):
+    """``cross_entropy`` for logits (n, C, P) read in place (class stride P:
+    PyTorch's (N, C, d1, ...) with the positions merged) against labels
+    (n * P,) in (sample, position) order; ``grad_out`` (n, C, P) C-contiguous.
+    The loss adds the rows' terms in that order, in float64."""
+    n, classes, positions = logits.shape
+    s = _cast_like(grad_out, scale)
+    total = 0.0
+    for i in range(n):
+        x, g = logits[i], grad_out[i]
+        for q in range(positions):
+            peak = x[0, q]
+            for c in range(1, classes):
+                if x[c, q] > peak:
+                    peak = x[c, q]
+            acc = 0.0
+            for c in range(classes):
+                e = math.exp(x[c, q] - peak)
+                g[c, q] = e
+                acc += e
+            label = labels[i * positions + q]
+            total += peak + math.log(acc) - x[label, q]
+            inv = _cast_like(grad_out, scale / acc)
+            for c in range(classes):
+                g[c, q] *= inv
+            g[label, q] -= s
+    loss_out[()] = total * scale

@@ -93,3 +93,22 @@ def softmax_backward_mt(y, gout, dest, beta, axis, log):
     per, blocks = _lane_blocks(lanes, y.shape[axis])
     for t in prange(blocks):
         _softmax_backward_lanes(y, gout, dest, b, axis, log, t * per, min(t * per + per, lanes))
+
+
+# ------------------------------------------- softmax along a middle axis
+# (outer, n, inner) arrays, the softmax along axis 1: lanes of stride
+# ``inner`` in memory, read in place (no move of the axis last).
+@njit(cache=True, error_model="numpy")
+def softmax3(x, out, log):
+    """out = softmax(x) (``log``: log_softmax) along axis 1 of 3-D ``x`` (any
+    strides) into ``out`` of its shape, stable as ``softmax``."""
+    for o in range(x.shape[0]):
+        _softmax_lanes(x[o], out[o], 0, log, 0, x.shape[2])
+
+
+@njit(cache=True, error_model="numpy")
+def softmax3_backward(y, gout, dest, beta, log):
+    """``softmax_backward`` along axis 1 of 3-D arrays."""
+    b = _cast_like(dest, beta)
+    for o in range(y.shape[0]):
+        _softmax_backward_lanes(y[o], gout[o], dest[o], b, 0, log, 0, y.shape[2])

@@ -4,7 +4,11 @@ rank); inputs are read through their strides, so transposed, permuted,
 sliced and broadcast (size-1) operands need no copy.
 
 The ops use the 2-D kernels of ``elementwise`` whenever an operation
-collapses to two dims (most do) and these for the rest.
+collapses to two dims (most do) and these for the rest: ``binary_nd``,
+``unary_nd`` and their backwards read every operand through its strides and
+broadcast, so an N-d elementwise op is one kernel forward and one backward.
+None has a threaded twin (the N-d fallback is the rare case; the 2-D
+kernels, which most ops reach, have theirs).
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import numpy as np
 from numba import njit
 
 from ._threads import _cast_like
+from .elementwise import (_binary_block, _binary_grad_a, _binary_grad_b, _unary_backward_block,
+                          _unary_block)
 
 
 @njit(cache=True, error_model="numpy")
@@ -62,3 +68,103 @@ def sum_to_nd(g, dest, scale, beta):
     for k in range(flat.size):
         total = s * acc[k]
         flat[k] = total if b == 0 else total + b * flat[k]
+
+
+# ------------------------------------------------------------ N-d elementwise
+# The op layer merges adjacent dims first, so these see the few dims (>= 3)
+# that did not merge into the 2-D kernels' two. Each 2-D slice of the output
+# runs the 2-D kernels' own blocks (their loops, inlined per op code), read
+# through broadcast views: a broadcast dim is stride 0 there, so the blocks
+# take their equal-shape branch.
+@njit(cache=True, error_model="numpy")
+def binary_nd(code, a, b, out):
+    """out = a op b for ``a``, ``b`` of ``out``'s rank (>= 2), each dim equal to
+    out's or 1 (broadcast), any strides; ``out`` C-contiguous."""
+    if out.size == 0:
+        return
+    ab, bb = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
+    rows, cols = out.shape[-2], out.shape[-1]
+    for idx in np.ndindex(out.shape[:-2]):
+        _binary_block(code, ab[idx], bb[idx], out[idx], 0, rows, 0, cols)
+
+
+@njit(cache=True, error_model="numpy")
+def unary_nd(code, x, out, p, alpha, beta):
+    """out = alpha * f(x) + beta * out for ``x`` of ``out``'s rank (>= 2), dims
+    equal to out's or 1, any strides; ``out`` C-contiguous."""
+    if out.size == 0:
+        return
+    pc, ac, bc = _cast_like(out, p), _cast_like(out, alpha), _cast_like(out, beta)
+    xb = np.broadcast_to(x, out.shape)
+    rows, cols = out.shape[-2], out.shape[-1]
+    for idx in np.ndindex(out.shape[:-2]):
+        _unary_block(code, xb[idx], out[idx], pc, ac, bc, 0, rows, 0, cols)
+
+
+@njit(cache=True, error_model="numpy")
+def unary_nd_backward(code, x, y, gout, dest, beta, p):
+    """dest = gout * f'(x) + beta * dest, all of one shape (rank >= 2); ``x``
+    any strides, the others C-contiguous."""
+    if dest.size == 0:
+        return
+    bc, pc = _cast_like(dest, beta), _cast_like(dest, p)
+    rows, cols = dest.shape[-2], dest.shape[-1]
+    for idx in np.ndindex(dest.shape[:-2]):
+        _unary_backward_block(code, x[idx], y[idx], gout[idx], dest[idx], bc, pc, 0, rows, 0,
+                              cols)
+
+
+@njit(cache=True, error_model="numpy")
+def _offset(idx, shape):
+    """The C-order offset, in an array of ``shape``, of the row that row
+    ``idx`` (an index of every dim but the last) of a broadcast reads."""
+    k = 0
+    for d in range(len(idx)):
+        k = k * shape[d] + (0 if shape[d] == 1 else idx[d])
+    return k * shape[-1]
+
+
+@njit(cache=True, error_model="numpy")
+def binary_nd_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
+    """da = (gout * d/da summed over the dims ``a`` is broadcast along) +
+    beta_a * da, db likewise, written only when ``need_a``/``need_b``: a, b
+    as ``binary_nd`` reads them, ``gout`` the output's shape, ``da``/``db``
+    C-contiguous of a's/b's shape. Each sum runs in float64 over gout's
+    elements in C order, as the CUDA kernel and ``sum_to_nd`` add."""
+    shape = gout.shape
+    ab, bb = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+    acc_a = np.zeros(da.size if need_a else 0, np.float64)
+    acc_b = np.zeros(db.size if need_b else 0, np.float64)
+    if gout.size:
+        for idx in np.ndindex(shape[:-1]):
+            ar, br, gr = ab[idx], bb[idx], gout[idx]
+            if need_a:
+                _add_grad(code, 0, ar, br, gr, acc_a, _offset(idx, da.shape), da.shape[-1] == 1)
+            if need_b:
+                _add_grad(code, 1, ar, br, gr, acc_b, _offset(idx, db.shape), db.shape[-1] == 1)
+    if need_a:
+        _finish(acc_a, da.reshape(-1), _cast_like(da, beta_a))
+    if need_b:
+        _finish(acc_b, db.reshape(-1), _cast_like(db, beta_b))
+
+
+@njit(error_model="numpy", inline="always")
+def _add_grad(code, which, ar, br, gr, acc, k, reduced):
+    # One row of gout's contribution to a gradient (its row k of acc; one
+    # element when the operand is broadcast along the last dim).
+    if reduced:
+        total = acc[k]
+        for j in range(gr.size):
+            total += gr[j] * (_binary_grad_a(code, ar[j], br[j]) if which == 0
+                              else _binary_grad_b(code, ar[j], br[j]))
+        acc[k] = total
+    else:
+        for j in range(gr.size):
+            acc[k + j] += gr[j] * (_binary_grad_a(code, ar[j], br[j]) if which == 0
+                                   else _binary_grad_b(code, ar[j], br[j]))
+
+
+@njit(error_model="numpy", inline="always")
+def _finish(acc, flat, beta):
+    for k in range(flat.size):
+        flat[k] = acc[k] if beta == 0 else acc[k] + beta * flat[k]

@@ -35,10 +35,25 @@ from .select import astype, compare, where, where_backward  # noqa: F401
 
 name = "cuda"
 
+
+def entry_point(dispatcher, args: tuple) -> None:
+    """None: CUDA launchers are Python functions; ``kernels.call_typed``
+    dispatches them as ``call`` does."""
+    return None
+
+
+def signature(dispatcher, args: tuple) -> tuple:
+    """Unused (``entry_point`` finds nothing here); the CPU's counterpart."""
+    return ()
+
 # No threaded twins: ``kernels.call`` never reaches MT_MIN here.
 MT_MIN = sys.maxsize
 # Each family's imports under its own heading:
 # N-d strided and fallback kernels
+from .strided import binary_nd, binary_nd_backward, unary_nd, unary_nd_backward  # noqa: F401
+from .reductions import softmax3, softmax3_backward  # noqa: F401
+from .losses import cross_entropy3  # noqa: F401
+from .indexing import gather_nd, index_add_nd, index_select_nd, scatter_add_nd  # noqa: F401
 
 # activations and reductions
 from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa: F401

@@ -198,6 +198,134 @@ def _scatter_add_source(config: Config, dtype):
     return scatter_add_kernel
 
 
+@kernel("index_select_nd", lambda dt: (_a6(dt), _I1, _a6(dt)))
+def _index_select_nd_source(config: Config, dtype):
+    def index_select_nd_kernel(x, index, out):
+        n = x.shape[5]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < out.size:
+            m = k
+            c5 = m % out.shape[5]
+            m //= out.shape[5]
+            c4 = m % out.shape[4]
+            m //= out.shape[4]
+            c3 = m % out.shape[3]
+            m //= out.shape[3]
+            c2 = m % out.shape[2]
+            m //= out.shape[2]
+            c1 = m % out.shape[1]
+            c0 = m // out.shape[1]
+            r = index[c5]
+            if r < 0:
+                r += n
+            out[c0, c1, c2, c3, c4, c5] = x[c0, c1, c2, c3, c4, r] if 0 <= r < n else np.nan
+            k += stride
+
+    return index_select_nd_kernel
+
+
+@kernel("index_add_nd", lambda dt: (_a6(dt), _I1, _a6(dt), *([int64] * 13), dt))
+def _index_add_nd_source(config: Config, dtype):
+    def index_add_nd_kernel(g, index, dest, s0, s1, s2, s3, s4, s5, t0, t1, t2, t3, t4, t5,
+                            axis, beta):
+        # One thread per element of dest: off the lattice it is beta * dest; on
+        # it, the indices i with index[i] == its coordinate on ``axis`` add g.
+        n = dest.shape[axis]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < dest.size:
+            m = k
+            c5 = m % dest.shape[5]
+            m //= dest.shape[5]
+            c4 = m % dest.shape[4]
+            m //= dest.shape[4]
+            c3 = m % dest.shape[3]
+            m //= dest.shape[3]
+            c2 = m % dest.shape[2]
+            m //= dest.shape[2]
+            c1 = m % dest.shape[1]
+            c0 = m // dest.shape[1]
+            j0 = 0 if axis == 0 else _lattice(c0, s0, t0, g.shape[0])
+            j1 = 0 if axis == 1 else _lattice(c1, s1, t1, g.shape[1])
+            j2 = 0 if axis == 2 else _lattice(c2, s2, t2, g.shape[2])
+            j3 = 0 if axis == 3 else _lattice(c3, s3, t3, g.shape[3])
+            j4 = 0 if axis == 4 else _lattice(c4, s4, t4, g.shape[4])
+            j5 = 0 if axis == 5 else _lattice(c5, s5, t5, g.shape[5])
+            acc = dtype(0.0) if beta == 0.0 else beta * dest[c0, c1, c2, c3, c4, c5]
+            if j0 >= 0 and j1 >= 0 and j2 >= 0 and j3 >= 0 and j4 >= 0 and j5 >= 0:
+                c = (c0, c1, c2, c3, c4, c5)[axis]
+                for i in range(g.shape[axis]):
+                    r = index[i]
+                    if r < 0:
+                        r += n
+                    if r == c:
+                        acc += g[i if axis == 0 else j0, i if axis == 1 else j1,
+                                 i if axis == 2 else j2, i if axis == 3 else j3,
+                                 i if axis == 4 else j4, i if axis == 5 else j5]
+            dest[c0, c1, c2, c3, c4, c5] = acc
+            k += stride
+
+    return index_add_nd_kernel
+
+
+_I6 = array_type(int64, RANK, "A")
+
+
+@kernel("gather_nd", lambda dt: (_a6(dt), _I6, _a6(dt)))
+def _gather_nd_source(config: Config, dtype):
+    def gather_nd_kernel(x, index, out):
+        n = x.shape[5]
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < out.size:
+            m = k
+            c5 = m % out.shape[5]
+            m //= out.shape[5]
+            c4 = m % out.shape[4]
+            m //= out.shape[4]
+            c3 = m % out.shape[3]
+            m //= out.shape[3]
+            c2 = m % out.shape[2]
+            m //= out.shape[2]
+            c1 = m % out.shape[1]
+            c0 = m // out.shape[1]
+            r = index[c0, c1, c2, c3, c4, c5]
+            out[c0, c1, c2, c3, c4, c5] = x[c0, c1, c2, c3, c4, r] if 0 <= r < n else np.nan
+            k += stride
+
+    return gather_nd_kernel
+
+
+@kernel("scatter_add_nd", lambda dt: (_a6(dt), _I6, _a6(dt), dt))
+def _scatter_add_nd_source(config: Config, dtype):
+    def scatter_add_nd_kernel(g, index, dest, beta):
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < dest.size:
+            m = k
+            c5 = m % dest.shape[5]
+            m //= dest.shape[5]
+            c4 = m % dest.shape[4]
+            m //= dest.shape[4]
+            c3 = m % dest.shape[3]
+            m //= dest.shape[3]
+            c2 = m % dest.shape[2]
+            m //= dest.shape[2]
+            c1 = m % dest.shape[1]
+            c0 = m // dest.shape[1]
+            acc = dtype(0.0) if beta == 0.0 else beta * dest[c0, c1, c2, c3, c4, c5]
+            if c0 < g.shape[0] and c1 < g.shape[1] and c2 < g.shape[2] and c3 < g.shape[3] \
+                    and c4 < g.shape[4]:
+                for i in range(g.shape[5]):
+                    if index[c0, c1, c2, c3, c4, i] == c5:
+                        acc += g[c0, c1, c2, c3, c4, i]
+            dest[c0, c1, c2, c3, c4, c5] = acc
+            k += stride
+
+    return scatter_add_nd_kernel
+
+
 # ------------------------------------------------------------ launchers
 def place_nd(x, out, start, step, fill, beta, whole) -> None:
     """See ``kernels.cpu.place_nd``; ranks up to 6."""
@@ -239,3 +367,43 @@ def scatter_add(g, index, dest, beta) -> None:
     if dest.size:
         launch("scatter_add", dest.dtype, grid(dest.size), THREADS, g, index, dest,
                dest.dtype.type(beta))
+
+
+def _check_rank(name: str, array) -> None:
+    if len(array.shape) > RANK:
+        raise ValueError(f"{name}: the cuda kernels take at most {RANK} dims, got shape "
+                         f"{tuple(array.shape)}")
+
+
+def index_select_nd(x, index, out) -> None:
+    """See ``kernels.cpu.index_select_nd``; ranks up to 6."""
+    _check_rank("index_select_nd", out)
+    if out.size:
+        launch("index_select_nd", out.dtype, grid(out.size), THREADS, _as6(x), index, _as6(out))
+
+
+def index_add_nd(g, index, dest, start, step, axis, beta) -> None:
+    """See ``kernels.cpu.index_add_nd``; ranks up to 6."""
+    _check_rank("index_add_nd", dest)
+    rank = len(dest.shape)
+    if dest.size:
+        pad = RANK - rank
+        s = [0] * pad + [int(v) for v in start]
+        t = [1] * pad + [int(v) for v in step]
+        launch("index_add_nd", dest.dtype, grid(dest.size), THREADS, _as6(g), index, _as6(dest),
+               *s, *t, int(axis) + pad, dest.dtype.type(beta))
+
+
+def gather_nd(x, index, out) -> None:
+    """See ``kernels.cpu.gather_nd``; ranks up to 6."""
+    _check_rank("gather_nd", out)
+    if out.size:
+        launch("gather_nd", out.dtype, grid(out.size), THREADS, _as6(x), _as6(index), _as6(out))
+
+
+def scatter_add_nd(g, index, dest, beta) -> None:
+    """See ``kernels.cpu.scatter_add_nd``; ranks up to 6."""
+    _check_rank("scatter_add_nd", dest)
+    if dest.size:
+        launch("scatter_add_nd", dest.dtype, grid(dest.size), THREADS, _as6(g), _as6(index),
+               _as6(dest), dest.dtype.type(beta))

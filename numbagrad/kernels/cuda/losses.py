@@ -102,6 +102,43 @@ def _cross_entropy_source(config: Config, dtype):
     return cross_entropy_kernel
 
 
+@kernel("cross_entropy3", lambda dt: (array_type(dt, 3, "A"), array_type(int64, 1),
+                                      array_type(dt, 0), array_type(dt, 3), float64,
+                                      *_scratch_types()))
+def _cross_entropy3_source(config: Config, dtype):
+    threads = config.threads
+
+    def cross_entropy3_kernel(logits, labels, loss_out, grad, scale, partial, counter):
+        # One thread per (sample, position) row r = i * P + q, classes at stride P.
+        cache = cuda.shared.array(threads, float64)
+        n, classes, positions = logits.shape
+        total = 0.0
+        r = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while r < n * positions:
+            i, q = r // positions, r % positions
+            peak = logits[i, 0, q]
+            for c in range(1, classes):
+                peak = max(peak, logits[i, c, q])
+            acc = 0.0
+            for c in range(classes):
+                e = math.exp(logits[i, c, q] - peak)
+                grad[i, c, q] = e
+                acc += e
+            label = labels[r]
+            total += peak + math.log(acc) - logits[i, label, q]
+            inv = scale / acc
+            for c in range(classes):
+                grad[i, c, q] *= inv
+            grad[i, label, q] -= scale
+            r += stride
+        last, grand = block_total(cache, total, partial, counter)
+        if last:
+            loss_out[()] = grand * scale
+
+    return cross_entropy3_kernel
+
+
 # ------------------------------------------------------------ launchers
 def mse(pred, target, loss_out, resid_out, scale) -> None:
     """loss_out[()] = scale * sum((pred - target)**2); resid = 2*scale*(pred - target)."""
@@ -119,4 +156,10 @@ def pointwise_loss(code, pred, target, loss_out, grad_out, scale) -> None:
 def cross_entropy(logits, labels, loss_out, grad_out, scale) -> None:
     """See ``kernels.cpu.cross_entropy``."""
     launch("cross_entropy", logits.dtype, grid(logits.shape[0]), THREADS,
+           logits, labels, loss_out, grad_out, float(scale), *sums())
+
+
+def cross_entropy3(logits, labels, loss_out, grad_out, scale) -> None:
+    """See ``kernels.cpu.cross_entropy3``: one thread per (sample, position)."""
+    launch("cross_entropy3", logits.dtype, grid(logits.shape[0] * logits.shape[2]), THREADS,
            logits, labels, loss_out, grad_out, float(scale), *sums())
