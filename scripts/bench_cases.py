@@ -22,9 +22,11 @@ CASES = {
     "mlp-large": {"kind": "mlp", "layers": (784, 1024, 1024, 10), "batch": 256,
                   "stall_check": True},
     "bmm": {"kind": "bmm", "shape": (48, 64, 32, 64)},        # (batch, n, k, m)
+    # digits-sized images: 1x8x8 -> conv 16 -> pool -> conv 32 -> pool -> 32x2x2 = 128 -> 10
+    "cnn": {"kind": "cnn", "channels": (1, 16, 32), "image": 8, "classes": 10, "batch": 64},
 }
 MLP_ROW = ("float32", "adam")        # the one (dtype, optimizer) an MLP or bmm case runs
-QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large", "bmm"]
+QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large", "bmm", "cnn"]
 QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps to a few minutes on two cores:
 QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 
@@ -38,8 +40,20 @@ def describe(case: str) -> str:
     if c["kind"] == "bmm":
         b, n, k, m = c["shape"]
         return f"bmm ({b}, {n}, {k}) @ ({b}, {k}, {m}), both learned, MSE"
+    if c["kind"] == "cnn":
+        (c0, c1, c2), side = c["channels"], c["image"]
+        return (f"CNN {c0}x{side}x{side}: conv3x3 {c1}, ReLU, maxpool 2, conv3x3 {c2}, ReLU, "
+                f"maxpool 2, flatten, linear {cnn_features(case)}-{c['classes']}; "
+                f"batch {c['batch']}, cross-entropy")
     return (f"MLP {'-'.join(map(str, c['layers']))}, batch {c['batch']}, ReLU, "
             f"cross-entropy")
+
+
+def cnn_features(case: str) -> int:
+    """The flattened features a CNN case's linear layer takes: two 2x2 pools halve
+    the side twice."""
+    c = CASES[case]
+    return c["channels"][-1] * (c["image"] // 4) ** 2
 
 
 def short_size(case: str) -> str:
@@ -51,12 +65,16 @@ def short_size(case: str) -> str:
     if c["kind"] == "bmm":
         b, n, k, m = c["shape"]
         return f"bmm {b}x{n}x{k}x{m}"
+    if c["kind"] == "cnn":
+        return f"cnn {c['image']}x{c['image']} b{c['batch']}"
     return f"{'-'.join(map(str, c['layers']))} b{c['batch']}"
 
 
 def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[str, str]]:
-    """The (dtype, optimizer) rows a case runs: an MLP or bmm case runs ``MLP_ROW`` only."""
+    """The (dtype, optimizer) rows a case runs: an MLP, bmm or CNN case runs ``MLP_ROW`` only."""
     if CASES[case]["kind"] in ("mlp", "bmm"):
+        return [MLP_ROW]
+    if CASES[case]["kind"] == "cnn":
         return [MLP_ROW]
     if quick and case in QUICK_FLOAT32_ONLY:
         dtypes = [d for d in dtypes if d == "float32"] or dtypes

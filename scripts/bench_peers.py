@@ -25,7 +25,7 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-from bench_cases import CASES, K
+from bench_cases import CASES, K, cnn_features
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)           # this checkout's numbagrad
@@ -81,12 +81,32 @@ def bmm_problem(case: str, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return A, B, Y
 
 
+def cnn_problem(case: str, dtype) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """A CNN case's [conv1.w, conv1.b, conv2.w, conv2.b, fc.w, fc.b] (torch's
+    layouts: conv (out, in, 3, 3), linear (out, in)), images x (batch, 1, side,
+    side) and integer labels (batch,)."""
+    c = CASES[case]
+    c0, c1, c2 = c["channels"]
+    rng = np.random.default_rng(0)
+    params = []
+    for shape in ((c1, c0, 3, 3), (c2, c1, 3, 3), (c["classes"], cnn_features(case))):
+        fan_in = int(np.prod(shape[1:]))
+        params.append((rng.normal(size=shape) * np.sqrt(2.0 / fan_in)).astype(dtype))
+        bound = 1.0 / np.sqrt(fan_in)
+        params.append(rng.uniform(-bound, bound, size=shape[0]).astype(dtype))
+    x = rng.normal(size=(c["batch"], c0, c["image"], c["image"])).astype(dtype)
+    labels = rng.integers(0, c["classes"], size=c["batch"]).astype(np.int64)
+    return params, x, labels
+
+
 def initial_weights(case: str, dtype) -> list[np.ndarray]:
     """Every peer's starting weights, in the order ``.weights()`` returns them."""
     if CASES[case]["kind"] == "linear":
         return [problem(case, dtype)[0]]
     if CASES[case]["kind"] == "bmm":
         return list(bmm_problem(case, dtype)[:2])
+    if CASES[case]["kind"] == "cnn":
+        return cnn_problem(case, dtype)[0]
     return mlp_problem(case, dtype)[0]
 
 
@@ -120,6 +140,17 @@ def _ng_setup(case, dtype, opt_kind, device):
             return mse_loss(matmul(A, B), y)
         return (loss_fn, (ng.tensor(y0, device=device),), optimizer([A, B]),
                 lambda: [A.numpy(), B.numpy()])
+    if CASES[case]["kind"] == "cnn":
+        model, x, labels = _ng_cnn(case, dtype, device)
+        cross_entropy = ng.cross_entropy
+
+        def loss_fn(x, labels):
+            return cross_entropy(model(x), labels)
+
+        def weights():
+            state = model.state_dict()
+            return [state[n] for n in CNN_NAMES]
+        return loss_fn, (x, labels), optimizer(model.parameters()), weights
 
     params, x0, labels = mlp_problem(case, dtype)
     nn, layers, names = ng.nn, [], []
@@ -142,6 +173,31 @@ def _ng_setup(case, dtype, opt_kind, device):
         state = model.state_dict()
         return [state[n] for n in names]
     return loss_fn, (x, labels), optimizer(model.parameters()), weights
+
+
+# the state-dict names of ``cnn_model``'s parameters, in ``cnn_problem``'s order
+CNN_NAMES = tuple(f"{i}.{p}" for i in (0, 3, 7) for p in ("weight", "bias"))
+
+
+def cnn_model(nn, case: str, **kw):
+    """A CNN case's layers in ``nn`` (``ng.nn`` or ``torch.nn``: the same names
+    and arguments; ``kw`` goes to the layers with weights): Conv2d(1, 16, 3,
+    padding=1), ReLU, MaxPool2d(2), Conv2d(16, 32, 3, padding=1), ReLU,
+    MaxPool2d(2), Flatten, Linear(128, 10)."""
+    c0, c1, c2 = CASES[case]["channels"]
+    return nn.Sequential(nn.Conv2d(c0, c1, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(c1, c2, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(cnn_features(case), CASES[case]["classes"],
+                                                 **kw))
+
+
+def _ng_cnn(case, dtype, device):
+    """(model, x, labels) of a CNN case in ``ng.nn``, loaded with ``cnn_problem``'s weights."""
+    import numbagrad as ng
+    params, x0, labels = cnn_problem(case, dtype)
+    model = cnn_model(ng.nn, case, dtype=dtype, device=device, rng=np.random.default_rng(1))
+    model.load_state_dict(dict(zip(CNN_NAMES, params)))
+    return model, ng.tensor(x0, device=device), labels
 
 
 def numbagrad_step(case, dtype, opt_kind, device) -> Callable[[], None]:
@@ -217,6 +273,8 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
         return numpy_mlp_step(case, dtype, opt_kind)
     if CASES[case]["kind"] == "bmm":
         return numpy_bmm_step(case, dtype, opt_kind)
+    if CASES[case]["kind"] == "cnn":
+        return None          # no hand-written NumPy convolution: the table says n/a
     W, X, Y = problem(case, dtype)
     P, G, T = np.empty_like(Y), np.zeros_like(W), np.empty_like(W)
     opt = _NumpyOptimizer(W.reshape(-1), G.reshape(-1), opt_kind)
@@ -344,6 +402,13 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
 
         def loss_fn(y):
             return mse(A @ B, y)
+    elif CASES[case]["kind"] == "cnn":
+        model, data = _torch_cnn(torch, case, dtype, dev)
+        params = list(model.parameters())
+        ce = torch.nn.functional.cross_entropy
+
+        def loss_fn(x, y):
+            return ce(model(x), y)
     else:
         ws, x0, labels = mlp_problem(case, dtype)
         layers = []
@@ -384,6 +449,14 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
     return micro_step
 
 
+def _torch_cnn(torch, case, dtype, dev):
+    """(model, (x, labels)) of a CNN case in ``torch.nn``, with ``cnn_problem``'s weights."""
+    params, x0, labels = cnn_problem(case, dtype)
+    model = cnn_model(torch.nn, case, dtype=getattr(torch, str(np.dtype(dtype))), device=dev)
+    model.load_state_dict({n: torch.from_numpy(p) for n, p in zip(CNN_NAMES, params)})
+    return model, (torch.tensor(x0, device=dev), torch.tensor(labels, device=dev))
+
+
 def torch_compiled_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     """``torch_step`` with the loss function through ``torch.compile``."""
     return torch_step(case, dtype, opt_kind, device, compiled=True)
@@ -413,6 +486,9 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
 
         def loss_fn(p, x, y):
             return jnp.mean((p[0] @ p[1] - y) ** 2)
+    elif CASES[case]["kind"] == "cnn":
+        params, x0, y0 = cnn_problem(case, dtype)
+        loss_fn = _jax_cnn_loss(jax, jnp, optax)
     else:
         params, x0, y0 = mlp_problem(case, dtype)
 
@@ -446,6 +522,25 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     return micro_step
 
 
+def _jax_cnn_loss(jax, jnp, optax):
+    """A CNN case's loss(p, x, labels) in JAX, NCHW as PyTorch: 3x3 convolutions
+    padded by 1, ReLU, 2x2 max pools, flatten, linear, cross-entropy."""
+    def conv(h, w, b):
+        out = jax.lax.conv_general_dilated(h, w, (1, 1), ((1, 1), (1, 1)),
+                                           dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return jax.nn.relu(out + b[None, :, None, None])
+
+    def pool(h):
+        return jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
+                                     "VALID")
+
+    def loss_fn(p, x, labels):
+        h = pool(conv(pool(conv(x, p[0], p[1])), p[2], p[3]))
+        logits = h.reshape(h.shape[0], -1) @ p[4].T + p[5]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    return loss_fn
+
+
 def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(a, b, out) for each GEMM a micro-step cannot avoid: the forward
     products and each weight's gradient (and the gradient flowing into each
@@ -463,6 +558,8 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
         P, gA, gB = np.empty_like(Y), np.empty_like(A), np.empty_like(B)
         return [g for i in range(len(A))
                 for g in ((A[i], B[i], P[i]), (P[i], B[i].T, gA[i]), (A[i].T, P[i], gB[i]))]
+    if CASES[case]["kind"] == "cnn":
+        return cnn_floor_gemms(case, rand)
     sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
     Ws = [rand(o, i) for i, o in itertools.pairwise(sizes)]
     acts = [rand(batch, s) for s in sizes]
@@ -473,6 +570,26 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
         if i > 0:
             out.append((delta, Ws[i], np.empty((batch, sizes[i]), dtype)))  # d input
     return out
+
+
+def cnn_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A CNN case's GEMMs on im2col columns (C_in*9, N*H*W), as numbagrad's
+    convolution runs them: per convolution the forward and the weight gradient
+    (and the gradient into the second one's columns; the images need none),
+    then the linear layer's forward, weight and input gradients."""
+    c = CASES[case]
+    batch, side, (c0, c1, c2) = c["batch"], c["image"], c["channels"]
+    out = []
+    for i, (cin, cout) in enumerate(((c0, c1), (c1, c2))):
+        length = batch * (side // 2 ** i) ** 2
+        W, cols, g = rand(cout, 9 * cin), rand(9 * cin, length), rand(cout, length)
+        out += [(W, cols, np.empty_like(g)), (g, cols.T, np.empty_like(W))]
+        if i:
+            out.append((W.T, g, np.empty_like(cols)))
+    features, classes = cnn_features(case), c["classes"]
+    W, x, g = rand(classes, features), rand(batch, features), rand(batch, classes)
+    return out + [(x, W.T, np.empty_like(g)), (g.T, x, np.empty_like(W)),
+                  (g, W, np.empty_like(x))]
 
 
 def scipy_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None]:

@@ -196,6 +196,7 @@ TARGETS = [
     ("MLP 784-1024-1024-10, compiled", "mlp-large", "numbagrad compiled", "torch", 1.0),
     ("MLP 784-1024-1024-10, compiled", "mlp-large", "numbagrad compiled", "jax", 1.0),
     ("bmm (48,64,32) @ (48,32,64)", "bmm", "numbagrad", "torch", 1.1),
+    ("cnn, compiled", "cnn", "numbagrad compiled", "torch", 0.5),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
              "floor": "GEMM floor"}

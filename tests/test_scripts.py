@@ -239,6 +239,60 @@ def test_floor_runs_the_unavoidable_gemms():
         assert (a.shape[0], b.shape[1]) == out.shape and a.shape[1] == b.shape[0]
 
 
+def test_bench_cnn_case_runs_and_reports_its_verdict(tmp_path, capsys):
+    # One round of the cnn row in the peer processes: every peer that can run
+    # is timed, the NumPy loop is n/a, and the compiled-vs-PyTorch target is judged.
+    out = tmp_path / "bench.json"
+    bench.main(["--cases", "cnn", "--repeats", "1", "--min-time", "0", "--no-first-step",
+                "--no-dp", "--no-torch-compile", "--json", str(out)])
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    assert (row["case"], row["dtype"], row["optimizer"]) == ("cnn", *bench.MLP_ROW)
+    timed = ["numbagrad", "numbagrad compiled", "floor"] + ["torch"] * ("torch" in
+                                                                       result["peers"])
+    for name in timed:
+        assert row[name]["best_s"] > 0, name
+    assert row["numpy"] is None and "numbagrad/numpy" not in row["ratios"]
+    printed = capsys.readouterr().out
+    assert "cnn: CNN 1x8x8: conv3x3 16, ReLU, maxpool 2, conv3x3 32" in printed
+    assert "linear 128-10; batch 64" in printed
+    (entry,) = [e for e in result["verdict"] if e["case"] == "cnn"]
+    assert (entry["target"], entry["subject"], entry["peer"], entry["limit"]) == (
+        "cnn, compiled", "numbagrad compiled", "torch", 0.5)
+    if "torch" in result["peers"]:
+        assert entry["status"] in ("met", "missed")
+        assert entry["ratio"] == pytest.approx(row["numbagrad compiled"]["best_s"]
+                                               / row["torch"]["best_s"])
+        assert "cnn, compiled" in printed and "/ PyTorch eager" in printed
+
+
+def test_bench_cnn_peers_compute_the_same_update():
+    # numbagrad (eager and compiled), PyTorch and JAX train the same CNN from
+    # the same weights: after two windows they agree (PyTorch the reference).
+    pytest.importorskip("torch")
+    names = ["numbagrad", "numbagrad compiled", "numpy", "torch", "jax"]
+    steps = {n: bench.PEERS[n]("cnn", np.dtype(np.float64), "adam", "cpu") for n in names}
+    assert steps["numpy"] is None                   # no hand-written NumPy CNN
+    steps = {n: s for n, s in steps.items() if s is not None}
+    assert {"numbagrad", "numbagrad compiled", "torch"} <= set(steps)
+    for _ in range(2 * bench.K):
+        for step in steps.values():
+            step()
+    want = steps["torch"].weights()
+    start = bench.initial_weights("cnn", np.float64)
+    assert [w.shape for w in want] == [(16, 1, 3, 3), (16,), (32, 16, 3, 3), (32,), (10, 128),
+                                       (10,)] == [w.shape for w in start]
+    assert all(not np.allclose(w, s) for w, s in zip(want, start))
+    for name, step in steps.items():
+        for got, w in zip(step.weights(), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-9, atol=1e-12, err_msg=name)
+    # im2col GEMMs: 2 + 3 for the convolutions, 3 for the linear layer
+    gemms = bench.floor_gemms("cnn", np.float32)
+    assert len(gemms) == 8
+    for a, b, out in gemms:
+        assert (a.shape[0], b.shape[1]) == out.shape and a.shape[1] == b.shape[0]
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_train_dp_defaults_converge_in_one_process(tmp_path, optimizer):
     pytest.importorskip("mpi4py")

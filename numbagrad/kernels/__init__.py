@@ -51,7 +51,8 @@ NAMES += ("im2col", "col2im", "max_pool2d", "max_pool2d_backward",   # convoluti
           "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
           "adaptive_avg_pool2d_backward")
 
-NAMES += ()   # normalisation and attention
+NAMES += ("group_norm", "group_norm_backward", "batch_norm",   # normalisation and attention
+          "batch_norm_backward")
 _loaded: dict[str, ModuleType] = {}
 
 

@@ -124,8 +124,9 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
         labels = _labels(kern, target, (n,), classes)
         loss = buffers.take(kern, (), dtype)
         grad = buffers.take(kern, shape, dtype)
-        kernels.call(kern, "cross_entropy", grad.size, contiguous(x), labels, loss, grad,
-                     _scale(reduction, n))
+        # C-contiguous logits and gradient of one dtype, int64 labels, a 0-d loss
+        kernels.call_typed(kern, "cross_entropy", grad.size, dtype, contiguous(x), labels, loss,
+                           grad, _scale(reduction, n))
         return result(loss, kern, (x,), _loss_backward, (grad,))
     if len(shape) < 2:
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")

@@ -335,10 +335,14 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     pre = buffers.take(kern, out2.shape, dtype) if kept else out2
     fused = codes.IDENT if kept else code
     if bias is None:
-        kernels.call(kern, "linear", 0, x2, wd, wd[0], pre, 0, fused, scalar_of(dtype, p))
+        # C-contiguous x2, wd, its row wd[0] and pre of one dtype, ints, a dtype scalar
+        kernels.call_typed(kern, "linear", 0, dtype, x2, wd, wd[0], pre, 0, fused,
+                           scalar_of(dtype, p))
         inputs = (x, weight)
     else:
-        kernels.call(kern, "linear", 0, x2, wd, bias._data, pre, 1, fused, scalar_of(dtype, p))
+        bd = bias._data
+        run = kernels.call_typed if kern.is_c_contiguous(bd) else _call_untyped
+        run(kern, "linear", 0, dtype, x2, wd, bd, pre, 1, fused, scalar_of(dtype, p))
         inputs = (x, weight, bias)
     if kept:
         kernels.call(kern, "unary", out2.size, code, pre, out2, scalar_of(dtype, p),
@@ -357,13 +361,15 @@ def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         kernels.call(kern, "unary_backward", pre.size, code, pre_act, y2, g2, pre, 0.0,
                      scalar_of(wd.dtype, p))
         g2 = pre
+    # x2, wd and the destinations are C-contiguous matrices: typed when g2 is
+    run = kernels.call_typed if kern.is_c_contiguous(g2) else _call_untyped
     if weight.requires_grad:   # dW = G^T @ x
         dest, beta = ctx.dest(weight)
-        kernels.call(kern, "gemm", 0, g2, x2, dest, 1, 0, 1.0, beta)
+        run(kern, "gemm", 0, g2.dtype, g2, x2, dest, 1, 0, 1.0, beta)
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums of G
         bias = node.inputs[2]
         dest, beta = ctx.dest(bias)
         kernels.call(kern, "sum_to", 0, g2, reshaped(dest, (1, dest.size)), 1.0, beta)
     if x.requires_grad:   # dx = G @ W
         dest, beta = ctx.dest(x)
-        kernels.call(kern, "gemm", 0, g2, wd, reshaped(dest, x2.shape), 0, 0, 1.0, beta)
+        run(kern, "gemm", 0, g2.dtype, g2, wd, reshaped(dest, x2.shape), 0, 0, 1.0, beta)

@@ -22,6 +22,7 @@ from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
 from . import dropout as random_ops   # randomness, dropout and embedding
 from . import activations, extrema, statistics  # noqa: I001 (activations and reductions)
+from . import norm   # normalisation and attention
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,13 @@ OPS: tuple[Op, ...] = (
        sample=((1, 2, 5, 4),), args=((2, 3),)),
 
     # --- normalisation and attention
+    # (weights, biases, running statistics and layers: tests/test_norm.py)
+    Op("layer_norm", norm.layer_norm, torch="F.layer_norm(a, (3, 4))", sample=((2, 3, 4),),
+       args=((3, 4),)),
+    Op("group_norm", norm.group_norm, torch="F.group_norm(a, 2)", sample=((2, 4, 3),),
+       args=(2,)),
+    Op("batch_norm", norm.batch_norm, torch="F.batch_norm(a, None, None, training=True)",
+       sample=((3, 2, 2),), args=(None, None, None, None, True)),
 
 )
 

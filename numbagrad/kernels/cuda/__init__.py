@@ -69,6 +69,8 @@ from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d
                    avg_pool2d_backward, col2im, im2col, max_pool2d, max_pool2d_backward)
 
 # normalisation and attention
+from .norm import (batch_norm, batch_norm_backward, group_norm,  # noqa: F401
+                   group_norm_backward)
 
 KERNELS = _table(globals(), _NAMES)
 KERNEL_FNS = _split(KERNELS)
