@@ -41,7 +41,9 @@ NAMES += ("binary_nd", "binary_nd_backward", "unary_nd", "unary_nd_backward", "s
           "softmax3_backward", "cross_entropy3", "index_select_nd", "index_add_nd",
           "gather_nd", "scatter_add_nd")   # N-d strided and fallback kernels
 
-NAMES += ()   # activations and reductions
+NAMES += ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
+          "variance_backward", "cumsum", "loss_terms", "loss_terms_backward", "nll",
+          "nll_backward", "clamp", "clamp_backward")   # activations and reductions
 
 NAMES += ("dropout", "dropout_backward", "embedding_backward")   # randomness, dropout and embedding
 

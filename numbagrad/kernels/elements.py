@@ -68,3 +68,100 @@ def adam_element(w, g, m, v, step_size, bc2_sqrt, one_m_b1, beta2, one_m_b2, eps
     mi = m + one_m_b1 * (gi - m)
     vi = v * beta2 + one_m_b2 * gi * gi
     return w * decay - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps)), mi, vi
+
+
+# Lanes of the axis reductions (kernels/*/reduce_axis.py): ``x`` is viewed as
+# (outer, n, inner) and lane (o, i) is x[o, :, i]; its result is out[o, i].
+# Sums are float64; beta == 0 never reads ``dest``.
+def extrema_lane(x, out, idx, want_max, o, i):
+    """The max (``want_max``) or min of a lane and the first index holding it;
+    nan wins (the first nan), as torch.amax and NumPy."""
+    best = x[o, 0, i]
+    at = 0
+    for k in range(1, x.shape[1]):
+        v = x[o, k, i]
+        if best == best and (v != v or (v > best if want_max else v < best)):
+            best = v
+            at = k
+    out[o, i] = best
+    idx[o, i] = at
+
+
+def extrema_backward_lane(x, y, gout, dest, beta, o, i):
+    """torch.amax's gradient: gout shared evenly by the lane's elements equal
+    to its extremum ``y`` (nan ones when it is nan), 0 elsewhere."""
+    m = y[o, i]
+    nan = m != m
+    count = 0
+    for k in range(x.shape[1]):
+        v = x[o, k, i]
+        if v == m or (nan and v != v):
+            count += 1
+    share = gout[o, i] / count
+    for k in range(x.shape[1]):
+        v = x[o, k, i]
+        d = share if v == m or (nan and v != v) else 0.0
+        dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]
+
+
+def logsumexp_lane(x, out, o, i):
+    """log(sum(exp(x))) over a lane, PyTorch's way: the max subtracted first
+    unless it is infinite; -inf for an empty lane."""
+    m = -math.inf
+    for k in range(x.shape[1]):
+        if x[o, k, i] > m:
+            m = x[o, k, i]
+    if m == math.inf or m == -math.inf:
+        m = 0.0
+    acc = 0.0
+    for k in range(x.shape[1]):
+        acc += math.exp(x[o, k, i] - m)
+    out[o, i] = (-math.inf if acc == 0 else math.log(acc)) + m
+
+
+def logsumexp_backward_lane(x, y, gout, dest, beta, o, i):
+    """dest = gout * exp(x - logsumexp(x)) (softmax) along the lane."""
+    g, lse = gout[o, i], y[o, i]
+    for k in range(x.shape[1]):
+        d = g * math.exp(x[o, k, i] - lse)
+        dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]
+
+
+def variance_lane(x, out, mean, inv_n, inv_div, root, o, i):
+    """The lane's mean (into ``mean``) and sum of squared deviations times
+    ``inv_div`` (1 / (n - correction)), its square root when ``root``: two passes."""
+    s = 0.0
+    for k in range(x.shape[1]):
+        s += x[o, k, i]
+    mu = s * inv_n
+    ss = 0.0
+    for k in range(x.shape[1]):
+        d = x[o, k, i] - mu
+        ss += d * d
+    v = ss * inv_div
+    mean[o, i] = mu
+    out[o, i] = math.sqrt(v) if root else v
+
+
+def variance_backward_lane(x, mean, y, gout, dest, scale, root, beta, o, i):
+    """PyTorch's var/std gradient: scale * g * (x - mean), scale = 2 / (n -
+    correction), g = gout (var) or gout / (2 std), 0 where std is 0."""
+    g = gout[o, i]
+    if root:
+        g = 0.0 if y[o, i] == 0 else g / (2 * y[o, i])
+    c = scale * g
+    mu = mean[o, i]
+    for k in range(x.shape[1]):
+        d = c * (x[o, k, i] - mu)
+        dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]
+
+
+def cumsum_lane(x, out, reverse, beta, o, i):
+    """Running float64 sums along the lane (from its end when ``reverse``: the
+    gradient of a cumsum)."""
+    n = x.shape[1]
+    acc = 0.0
+    for t in range(n):
+        k = n - 1 - t if reverse else t
+        acc += x[o, k, i]
+        out[o, k, i] = acc if beta == 0 else acc + beta * out[o, k, i]

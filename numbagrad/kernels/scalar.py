@@ -17,14 +17,27 @@ import math
 # Unary codes: y = f(x, p).
 IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
     ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S = range(15)
-N_UNARY = 15
+# activations (ops/activations.py): SOFTPLUS's p is its threshold (beta 1),
+# SOFTPLUS_BETA's its beta (threshold 20, PyTorch's default), clamp's its bound
+GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX, SOFTPLUS_BETA = range(15, 23)
+N_UNARY = 23
+_SOFTPLUS_THRESHOLD = 20.0
 # Binary codes: y = f(a, b).
-ADD, SUB, MUL, DIV = range(4)
-N_BINARY = 4
+ADD, SUB, MUL, DIV, MAX, MIN = range(6)
+N_BINARY = 6
 # Pointwise losses: (pred, target) -> one term of the sum, and its d/dpred.
 # (MSE has a kernel of its own, vectorised, in each device's losses module.)
 BCE_LOGITS = 0
 N_POINTWISE = 1
+# Per-element losses with a parameter p (ops/losses.py, the issue-17 section):
+# (pred, target, p) -> one term, and its d/dpred.
+L1, SMOOTH_L1, HUBER, BCE = range(4)
+N_LOSS = 4
+_SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
+_INV_SQRT_2PI = 0.3989422804014327     # 1 / sqrt(2 pi)
+_SQRT_2_PI = 0.7978845608028654        # sqrt(2 / pi)
+_KAPPA = 0.044715
+_BCE_EPS = 9.999999960041972e-13       # PyTorch's EPSILON, 1e-12 as a float32
 
 # Every chain of ``code ==`` tests below ends in a raise: a code without a
 # branch is an error, never another op's formula. (The kernels inline these
@@ -66,6 +79,25 @@ def unary(code, x, p):
         return x / p
     if code == RDIV_S:
         return p / x
+    if code == GELU:     # PyTorch's order of operations
+        return x * 0.5 * (1 + math.erf(x * _SQRT1_2))
+    if code == GELU_TANH:
+        return 0.5 * x * (1 + math.tanh(_SQRT_2_PI * (x + _KAPPA * x * x * x)))
+    if code == SILU:    # PyTorch's x / (1 + exp(-x)), without overflowing exp for x < 0
+        if x >= 0:
+            return x / (1 + math.exp(-x))
+        e = math.exp(x)
+        return x * e / (1 + e)
+    if code == SOFTPLUS:
+        return x if x > p else math.log1p(math.exp(x))
+    if code == ABS:
+        return abs(x)
+    if code == CLAMP_MIN:
+        return p if x < p else x        # nan stays nan
+    if code == CLAMP_MAX:
+        return p if x > p else x
+    if code == SOFTPLUS_BETA:
+        return x if x * p > _SOFTPLUS_THRESHOLD else math.log1p(math.exp(x * p)) / p
     raise ValueError("unary: unknown op code")
 
 
@@ -98,6 +130,34 @@ def unary_grad(code, x, y, p):
         return 1 / p
     if code == RDIV_S:
         return -p / (x * x)
+    if code == GELU:
+        return 0.5 * (1 + math.erf(x * _SQRT1_2)) + x * (math.exp(-0.5 * x * x) * _INV_SQRT_2PI)
+    if code == GELU_TANH:
+        t = math.tanh(_SQRT_2_PI * (x + _KAPPA * x * x * x))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * (_SQRT_2_PI * (1 + 3 * _KAPPA * x * x))
+    if code == SILU:
+        if x >= 0:
+            s = 1 / (1 + math.exp(-x))
+        else:
+            e = math.exp(x)
+            s = e / (1 + e)
+        return s * (1 + x * (1 - s))
+    if code == SOFTPLUS:
+        if x > p:
+            return 1.0
+        z = math.exp(x)
+        return z / (z + 1)
+    if code == ABS:      # 0 at 0 (PyTorch's sign)
+        return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
+    if code == CLAMP_MIN:
+        return 1.0 if x >= p else 0.0
+    if code == CLAMP_MAX:
+        return 1.0 if x <= p else 0.0
+    if code == SOFTPLUS_BETA:
+        if x * p > _SOFTPLUS_THRESHOLD:
+            return 1.0
+        z = math.exp(x * p)
+        return z / (z + 1)
     raise ValueError("unary_grad: unknown op code")
 
 
@@ -110,6 +170,10 @@ def binary(code, a, b):
         return a * b
     if code == DIV:
         return a / b
+    if code == MAX:      # nan wins, as torch.maximum
+        return a if a > b or a != a else b
+    if code == MIN:
+        return a if a < b or a != a else b
     raise ValueError("binary: unknown op code")
 
 
@@ -121,6 +185,11 @@ def binary_grad_a(code, a, b):
         return 1 / b
     if code == ADD or code == SUB:
         return 1.0
+    # maximum/minimum: half each at a tie, as PyTorch
+    if code == MAX:
+        return 0.5 if a == b else (0.0 if a < b else 1.0)
+    if code == MIN:
+        return 0.5 if a == b else (0.0 if a > b else 1.0)
     raise ValueError("binary_grad_a: unknown op code")
 
 
@@ -134,6 +203,10 @@ def binary_grad_b(code, a, b):
         return a
     if code == DIV:
         return -a / (b * b)
+    if code == MAX:
+        return 0.5 if a == b else (0.0 if a > b else 1.0)
+    if code == MIN:
+        return 0.5 if a == b else (0.0 if a < b else 1.0)
     raise ValueError("binary_grad_b: unknown op code")
 
 
@@ -156,3 +229,43 @@ def pointwise_loss_grad(code, x, t):
             s = e / (1 + e)
         return s - t
     raise ValueError("pointwise_loss_grad: unknown loss code")
+
+
+def loss_term(code, x, t, p):
+    """One per-element loss of ``pred`` x against ``target`` t (PyTorch's
+    formulas): L1, smooth L1 (p: beta), Huber (p: delta), binary
+    cross-entropy of a probability x (each log clamped at -100)."""
+    if code == L1:
+        return abs(x - t)
+    if code == SMOOTH_L1:
+        d = abs(x - t)
+        return 0.5 * d * d / p if d < p else d - 0.5 * p
+    if code == HUBER:
+        d = abs(x - t)
+        return 0.5 * d * d if d < p else p * (d - 0.5 * p)
+    if code == BCE:
+        lx = max(math.log(x), -100.0) if x > 0 else -100.0
+        l1x = max(math.log1p(-x), -100.0) if x < 1 else -100.0
+        return (t - 1) * l1x - t * lx
+    raise ValueError("loss_term: unknown loss code")
+
+
+def loss_term_grad(code, x, t, p):
+    """d(loss_term)/dx (PyTorch's: sign(0) = 0; BCE's denominator clamped at
+    float32(1e-12))."""
+    if code == L1:
+        d = x - t
+        return 1.0 if d > 0 else (-1.0 if d < 0 else 0.0)
+    if code == SMOOTH_L1:
+        d = x - t
+        if d < -p:
+            return -1.0
+        return 1.0 if d > p else d / p
+    if code == HUBER:
+        d = x - t
+        if d < -p:
+            return -p
+        return p if d > p else d
+    if code == BCE:
+        return (x - t) / max((1 - x) * x, _BCE_EPS)
+    raise ValueError("loss_term_grad: unknown loss code")

@@ -157,8 +157,8 @@ _WITH_SCALAR = {
 _NAMES = {codes.ADD: "add", codes.SUB: "sub", codes.MUL: "mul", codes.DIV: "div"}
 
 
-def _binary(code: int, a: Any, b: Any) -> Tensor:
-    op = _NAMES[code]
+def _binary(code: int, a: Any, b: Any, op: str | None = None) -> Tensor:
+    op = _NAMES[code] if op is None else op   # (ops/activations.py names its own codes)
     if is_scalar(b) and not is_scalar(a):
         c, p = _WITH_SCALAR[code][0](float(b))
         return _unary(c, a, p, op)

@@ -14,8 +14,8 @@ from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
-from ._common import (check_reduction, contiguous, describe, mean_scale, operand, pair,
-                      reshaped, result)
+from ._common import (check_reduction, contiguous, describe, is_scalar, mean_scale, ones,
+                      operand, pair, reshaped, result, scalar_of)
 
 
 def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -180,3 +180,139 @@ def _as_int64(host: np.ndarray) -> np.ndarray:
     """A C-contiguous int64 copy of host labels (``ng.compile`` records
     which argument such a copy came from)."""
     return np.ascontiguousarray(host, np.int64)
+
+
+# ------------------------------------------- issue 17: more losses, reduction="none"
+# (cross_entropy and mse_loss above take "mean" and "sum" only, for now)
+def _check_reduction(op: str, reduction: Any) -> bool:
+    """True for a reduced loss ("mean", "sum"), False for "none"; else an error."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return reduction != "none"
+
+
+def _flat(array: Any) -> Any:
+    return reshaped(array, (array.size,))
+
+
+def _pointwise(code: int, pred: Any, target: Any, reduction: str, p: float, op: str) -> Tensor:
+    reduce = _check_reduction(op, reduction)
+    x, t = pair(pred, target, op, ("input", "target"))
+    if x.shape != t.shape:
+        raise ValueError(f"{op}: input shape {x.shape} and target shape {t.shape} differ "
+                         "(no broadcasting, as mse_loss)")
+    kern, dtype = x._kern, x._data.dtype
+    xd, td = contiguous(x), contiguous(t)
+    if code == codes.BCE and kern.name == "cpu" and xd.size and \
+            not (np.all(xd >= 0) and np.all(xd <= 1)):
+        raise ValueError(f"{op}: every input element must be a probability in [0, 1] "
+                         f"(input {describe(x)} has {xd.min()} .. {xd.max()}); for logits use "
+                         "binary_cross_entropy_with_logits")
+    out = buffers.take(kern, () if reduce else x.shape, dtype)
+    scale = _scale(reduction, x.size) if reduce else 1.0
+    kernels.call(kern, "loss_terms", x.size, code, _flat(xd), _flat(td), _flat(out), reduce,
+                 scale, scalar_of(dtype, p))
+    return result(out, kern, (x,), _pointwise_backward, (code, xd, td, scale, p, out.shape))
+
+
+def _pointwise_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    code, xd, td, scale, p, shape = node.saved
+    kern = x._kern
+    g = ones(kern, shape, xd.dtype) if gout is None else gout
+    dest, beta = ctx.dest(x)
+    kernels.call(kern, "loss_terms_backward", dest.size, code, _flat(xd), _flat(td), _flat(g),
+                 _flat(dest), scale, scalar_of(xd.dtype, p), beta)
+
+
+def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """|input - target|, PyTorch's ``F.l1_loss`` (gradient 0 where they are
+    equal); ``reduction`` "mean", "sum" or "none" (the per-element losses).
+    Same shapes; the target gets no gradient (as ``mse_loss``)."""
+    return _pointwise(codes.L1, input, target, reduction, 0.0, "l1_loss")
+
+
+def smooth_l1_loss(input: Any, target: Any, reduction: str = "mean",  # noqa: A002
+                   beta: float = 1.0) -> Tensor:
+    """PyTorch's ``F.smooth_l1_loss``: 0.5 d^2 / beta where |d| < beta, else
+    |d| - 0.5 beta (d = input - target; beta = 0 is l1_loss); see ``l1_loss``."""
+    op = "smooth_l1_loss"
+    if not is_scalar(beta) or not beta >= 0:
+        raise ValueError(f"{op}: beta must be a real number >= 0, got {beta!r}")
+    if beta == 0:
+        return _pointwise(codes.L1, input, target, reduction, 0.0, op)
+    return _pointwise(codes.SMOOTH_L1, input, target, reduction, float(beta), op)
+
+
+def huber_loss(input: Any, target: Any, reduction: str = "mean",  # noqa: A002
+               delta: float = 1.0) -> Tensor:
+    """PyTorch's ``F.huber_loss``: 0.5 d^2 where |d| < delta, else
+    delta (|d| - 0.5 delta); see ``l1_loss``."""
+    op = "huber_loss"
+    if not is_scalar(delta) or not delta > 0:
+        raise ValueError(f"{op}: delta must be a real number > 0, got {delta!r}")
+    return _pointwise(codes.HUBER, input, target, reduction, float(delta), op)
+
+
+def binary_cross_entropy(input: Any, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """PyTorch's ``F.binary_cross_entropy`` of probabilities ``input``:
+    -(t log(x) + (1 - t) log(1 - x)), each log clamped at -100, its gradient's
+    denominator x (1 - x) at 1e-12. Inputs outside [0, 1] are an error on the
+    CPU (checked on the host; on "cuda" they are not read back: nan or
+    garbage). See ``l1_loss`` for shapes and ``reduction``."""
+    return _pointwise(codes.BCE, input, target, reduction, 0.0, "binary_cross_entropy")
+
+
+def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
+             ignore_index: int = -100) -> Tensor:
+    """PyTorch's ``F.nll_loss`` for log-probabilities (N, C) and integer class
+    indices ``target`` (N,) (a NumPy integer array, uploaded on "cuda"):
+    -log_probs[i, target[i]], 0 where target[i] == ignore_index; "mean"
+    divides by the count of targets not ignored (nan when all are), as
+    PyTorch, "none" gives the (N,) losses."""
+    op = "nll_loss"
+    reduce = _check_reduction(op, reduction)
+    x = operand(log_probs, op, "log_probs")
+    if x.ndim != 2:
+        raise ValueError(f"{op}: log_probs must be (N, C), got {describe(x)}")
+    if isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index,
+                                                                     (int, np.integer)):
+        raise TypeError(f"{op}: ignore_index must be an int, got {ignore_index!r}")
+    n, classes = x.shape
+    if isinstance(target, Tensor) or not isinstance(target, np.ndarray) \
+            or target.dtype.kind not in "iu":
+        raise TypeError(f"{op}: target must be a NumPy integer array of class indices, got "
+                        f"{type(target).__name__} {getattr(target, 'dtype', '')}")
+    if target.shape != (n,):
+        raise ValueError(f"{op}: target has shape {target.shape} but log_probs of shape "
+                         f"{(n, classes)} need ({n},)")
+    bad = np.flatnonzero((target != ignore_index) & ((target < 0) | (target >= classes)))
+    if bad.size:
+        raise ValueError(f"{op}: target[{bad[0]}] is class {target[bad[0]]}, outside "
+                         f"[0, {classes}) for log_probs of shape {(n, classes)} (and not "
+                         f"ignore_index {ignore_index})")
+    kern, dtype = x._kern, x._data.dtype
+    host = target if target.dtype == np.int64 and target.flags.c_contiguous \
+        else _as_int64(target)
+    if kern.name == "cpu":
+        labels = host
+    else:
+        labels = buffers.take(kern, (n,), np.int64)
+        kernels.call(kern, "upload", 0, host, labels)
+    out = buffers.take(kern, () if reduce else (n,), dtype)
+    count = buffers.take(kern, (1,), dtype)
+    mean = reduction == "mean"
+    kernels.call(kern, "nll", x.size, contiguous(x), labels, _flat(out), count, reduce, mean,
+                 int(ignore_index))
+    return result(out, kern, (x,), _nll_backward,
+                  (labels, count, reduce, mean, int(ignore_index), out.shape))
+
+
+def _nll_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    labels, count, reduce, mean, ignore, shape = node.saved
+    kern = x._kern
+    g = ones(kern, shape, x._data.dtype) if gout is None else gout
+    dest, beta = ctx.dest(x)
+    kernels.call(kern, "nll_backward", dest.size, labels, _flat(g), count, dest, reduce, mean,
+                 ignore, beta)

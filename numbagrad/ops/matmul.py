@@ -252,6 +252,9 @@ def _call_untyped(kern: Any, name: str, size: int, key: Any, *args: Any) -> None
 # activations the GEMM's epilogue applies (their gradient is a function of
 # the output): name -> kernel code, filled from the op table's ``fuse`` rows
 ACTIVATIONS: dict[str, int] = {}
+# ... except these, whose gradient needs the pre-activation: the GEMM writes
+# that, and one unary pass applies the activation
+_PRE_KEPT = (codes.GELU, codes.GELU_TANH, codes.SILU)
 
 
 def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
@@ -267,8 +270,10 @@ def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
     "tanh" or "sigmoid") is applied in the same kernel: the GEMM writes the
     output and one epilogue pass adds the bias and applies it (on CUDA, the
     GEMM's own epilogue), as ``relu(linear(x, W, b))`` computes in three
-    passes. ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of
-    these activations.
+    passes. "gelu" and "silu" need the pre-activation for their gradient:
+    the GEMM writes it, bias added, and one unary pass applies them.
+    ``ng.nn.Sequential`` uses it for a ``Linear`` followed by one of these
+    activations.
     """
     code, p = (codes.IDENT, 0.0) if activation is None else _activation(activation,
                                                                          negative_slope)
@@ -326,28 +331,34 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     dtype = xd.dtype
     out = buffers.take(kern, out_shape, dtype)
     out2 = out if len(out_shape) == 2 else reshaped(out, (x2.shape[0], out_shape[-1]))
+    kept = code in _PRE_KEPT
+    pre = buffers.take(kern, out2.shape, dtype) if kept else out2
+    fused = codes.IDENT if kept else code
     if bias is None:
-        # C-contiguous x2, wd, its row wd[0] and out2 of one dtype, ints, a dtype scalar
-        kernels.call_typed(kern, "linear", 0, dtype, x2, wd, wd[0], out2, 0, code,
+        # C-contiguous x2, wd, its row wd[0] and pre of one dtype, ints, a dtype scalar
+        kernels.call_typed(kern, "linear", 0, dtype, x2, wd, wd[0], pre, 0, fused,
                            scalar_of(dtype, p))
         inputs = (x, weight)
     else:
         bd = bias._data
         run = kernels.call_typed if kern.is_c_contiguous(bd) else _call_untyped
-        run(kern, "linear", 0, dtype, x2, wd, bd, out2, 1, code, scalar_of(dtype, p))
+        run(kern, "linear", 0, dtype, x2, wd, bd, pre, 1, fused, scalar_of(dtype, p))
         inputs = (x, weight, bias)
-    return result(out, kern, inputs, _linear_backward, (x2, wd, out2, code, p))
+    if kept:
+        kernels.call(kern, "unary", out2.size, code, pre, out2, scalar_of(dtype, p),
+                     scalar_of(dtype, 1.0), scalar_of(dtype, 0.0))
+    return result(out, kern, inputs, _linear_backward, (x2, wd, out2, code, p, pre))
 
 
 def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     x, weight = node.inputs[:2]
-    x2, wd, y2, code, p = node.saved
+    x2, wd, y2, code, p, pre_act = node.saved
     kern = x._kern
     o2 = y2.shape
     g2 = ones(kern, o2, wd.dtype) if gout is None else reshaped(gout, o2)
     if code != codes.IDENT:   # through the activation, its gradient read from the output
         pre = buffers.take(kern, o2, wd.dtype)
-        kernels.call(kern, "unary_backward", pre.size, code, y2, y2, g2, pre, 0.0,
+        kernels.call(kern, "unary_backward", pre.size, code, pre_act, y2, g2, pre, 0.0,
                      scalar_of(wd.dtype, p))
         g2 = pre
     # x2, wd and the destinations are C-contiguous matrices: typed when g2 is

@@ -21,6 +21,7 @@ from . import conv, pool   # convolution and pooling
 from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
 from . import dropout as random_ops   # randomness, dropout and embedding
+from . import activations, extrema, statistics  # noqa: I001 (activations and reductions)
 from . import norm   # normalisation and attention
 
 
@@ -130,10 +131,43 @@ OPS: tuple[Op, ...] = (
     Op("where", select.where, numpy=("where",)),   # vs torch: tests/test_select.py
     Op("astype", select.astype, method=True),
     # --- activations
+    Op("gelu", activations.gelu, codes.GELU, method=True, fuse=True, torch="F.gelu(a)"),
+    Op("silu", activations.silu, codes.SILU, method=True, fuse=True, torch="F.silu(a)"),
+    Op("softplus", activations.softplus, codes.SOFTPLUS, method=True,
+       torch="F.softplus(a, 2.0, 1.5)", args=(2.0, 1.5)),
+    Op("abs", activations.abs, codes.ABS, method=True, numpy=("absolute",),
+       torch="torch.abs(a)"),
+    Op("clamp", activations.clamp, method=True, torch="torch.clamp(a, -0.5, 0.7)",
+       args=(-0.5, 0.7)),
+    Op("clip", activations.clip, method=True, torch="torch.clip(a, None, 0.3)",
+       args=(None, 0.3)),
+    Op("maximum", activations.maximum, codes.MAX, numpy=("maximum",),
+       torch="torch.maximum(a, b)", sample=_PAIR),
+    Op("minimum", activations.minimum, codes.MIN, numpy=("minimum",),
+       torch="torch.minimum(a, b)", sample=_PAIR),
 
     # --- reductions
+    Op("max", extrema.max, method=True, torch="torch.amax(a, 1)", args=(1,)),
+    Op("min", extrema.min, method=True, torch="torch.amin(a, (0, 2), True)",
+       sample=((2, 3, 4),), args=((0, 2), True)),
+    Op("argmax", extrema.argmax, method=True),     # integer indices: tests/test_extrema.py
+    Op("argmin", extrema.argmin, method=True),
+    Op("logsumexp", statistics.logsumexp, method=True, torch="torch.logsumexp(a, -1)",
+       args=(-1,)),
+    Op("var", statistics.var, method=True, torch="torch.var(a, 0)", args=(0,)),
+    Op("std", statistics.std, method=True, torch="torch.std(a, None, correction=0)",
+       args=(None, 0)),
+    Op("cumsum", statistics.cumsum, method=True, torch="torch.cumsum(a, 1)", args=(1,)),
 
     # --- losses
+    Op("nll_loss", losses.nll_loss),   # integer labels: tests/test_losses17.py
+    Op("l1_loss", losses.l1_loss, torch="F.l1_loss(a, b)", sample=((3, 4), (3, 4)), targets=1),
+    Op("smooth_l1_loss", losses.smooth_l1_loss,
+       torch="F.smooth_l1_loss(a, b, reduction='sum', beta=0.5)", sample=((3, 4), (3, 4)),
+       targets=1, args=("sum", 0.5)),
+    Op("huber_loss", losses.huber_loss, torch="F.huber_loss(a, b, reduction='none', delta=0.7)",
+       sample=((3, 4), (3, 4)), targets=1, args=("none", 0.7)),
+    Op("binary_cross_entropy", losses.binary_cross_entropy),   # probabilities: test_losses17
 
     # --- randomness, dropout and embedding
     # (random masks and integer indices: tests/test_dropout.py, tests/test_nn_modules.py)

@@ -103,6 +103,10 @@ from .losses import cross_entropy3  # noqa: F401
 from .indexing import gather_nd, index_add_nd, index_select_nd, scatter_add_nd  # noqa: F401
 
 # activations and reductions
+from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa: F401
+                          logsumexp_backward, variance, variance_backward)
+from .loss_terms import loss_terms, loss_terms_backward, nll, nll_backward  # noqa: F401
+from .bounds import clamp, clamp_backward  # noqa: F401
 
 # randomness, dropout and embedding
 from .random import dropout, dropout_backward, embedding_backward  # noqa: F401

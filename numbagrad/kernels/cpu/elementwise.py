@@ -160,6 +160,22 @@ def _unary_block(code, x, out, p, alpha, beta, r0, r1, c0, c1):
         _unary_loop(scalar.DIV_S, x, out, p, alpha, beta, r0, r1, c0, c1)
     elif code == scalar.RDIV_S:
         _unary_loop(scalar.RDIV_S, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.GELU:
+        _unary_loop(scalar.GELU, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.GELU_TANH:
+        _unary_loop(scalar.GELU_TANH, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.SILU:
+        _unary_loop(scalar.SILU, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.SOFTPLUS:
+        _unary_loop(scalar.SOFTPLUS, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.ABS:
+        _unary_loop(scalar.ABS, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.CLAMP_MIN:
+        _unary_loop(scalar.CLAMP_MIN, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.CLAMP_MAX:
+        _unary_loop(scalar.CLAMP_MAX, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.SOFTPLUS_BETA:
+        _unary_loop(scalar.SOFTPLUS_BETA, x, out, p, alpha, beta, r0, r1, c0, c1)
     else:
         raise ValueError("unary_block: unknown op code")
 
@@ -227,6 +243,22 @@ def _unary_backward_block(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
         _unary_backward_loop(scalar.DIV_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
     elif code == scalar.RDIV_S:
         _unary_backward_loop(scalar.RDIV_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.GELU:
+        _unary_backward_loop(scalar.GELU, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.GELU_TANH:
+        _unary_backward_loop(scalar.GELU_TANH, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.SILU:
+        _unary_backward_loop(scalar.SILU, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.SOFTPLUS:
+        _unary_backward_loop(scalar.SOFTPLUS, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.ABS:
+        _unary_backward_loop(scalar.ABS, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.CLAMP_MIN:
+        _unary_backward_loop(scalar.CLAMP_MIN, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.CLAMP_MAX:
+        _unary_backward_loop(scalar.CLAMP_MAX, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.SOFTPLUS_BETA:
+        _unary_backward_loop(scalar.SOFTPLUS_BETA, x, y, gout, dest, beta, p, r0, r1, c0, c1)
     else:
         raise ValueError("unary_backward_block: unknown op code")
 
@@ -285,6 +317,10 @@ def _binary_block(code, a, b, out, r0, r1, c0, c1):
         _binary_loop(scalar.MUL, a, b, out, r0, r1, c0, c1)
     elif code == scalar.DIV:
         _binary_loop(scalar.DIV, a, b, out, r0, r1, c0, c1)
+    elif code == scalar.MAX:
+        _binary_loop(scalar.MAX, a, b, out, r0, r1, c0, c1)
+    elif code == scalar.MIN:
+        _binary_loop(scalar.MIN, a, b, out, r0, r1, c0, c1)
     else:
         raise ValueError("binary_block: unknown op code")
 
@@ -328,6 +364,10 @@ def _grad_a_block(code, a, b, gout, d, beta, r0, r1, c0, c1):
         _binary_backward_loop(scalar.MUL, 0, a, b, gout, d, beta, r0, r1, c0, c1)
     elif code == scalar.DIV:
         _binary_backward_loop(scalar.DIV, 0, a, b, gout, d, beta, r0, r1, c0, c1)
+    elif code == scalar.MAX:
+        _binary_backward_loop(scalar.MAX, 0, a, b, gout, d, beta, r0, r1, c0, c1)
+    elif code == scalar.MIN:
+        _binary_backward_loop(scalar.MIN, 0, a, b, gout, d, beta, r0, r1, c0, c1)
     else:
         raise ValueError("grad_a_block: unknown op code")
 
@@ -343,6 +383,10 @@ def _grad_b_block(code, a, b, gout, d, beta, r0, r1, c0, c1):
         _binary_backward_loop(scalar.MUL, 1, a, b, gout, d, beta, r0, r1, c0, c1)
     elif code == scalar.DIV:
         _binary_backward_loop(scalar.DIV, 1, a, b, gout, d, beta, r0, r1, c0, c1)
+    elif code == scalar.MAX:
+        _binary_backward_loop(scalar.MAX, 1, a, b, gout, d, beta, r0, r1, c0, c1)
+    elif code == scalar.MIN:
+        _binary_backward_loop(scalar.MIN, 1, a, b, gout, d, beta, r0, r1, c0, c1)
     else:
         raise ValueError("grad_b_block: unknown op code")
 

@@ -1,0 +1,22 @@
+"""CPU kernels of ``clamp`` with both bounds (one bound is a unary code):
+flat arrays, PyTorch's min(max(x, lo), hi) and its gradient mask."""
+from __future__ import annotations
+
+from numba import njit
+
+
+@njit(cache=True, error_model="numpy")
+def clamp(x, out, lo, hi):
+    """out = min(max(x, lo), hi) (nan stays nan; every element hi where lo > hi)."""
+    for i in range(x.size):
+        v = x[i]
+        v = lo if v < lo else v
+        out[i] = hi if v > hi else v
+
+
+@njit(cache=True, error_model="numpy")
+def clamp_backward(x, gout, dest, lo, hi, beta):
+    """dest = gout where lo <= x <= hi, else 0; + beta * dest."""
+    for i in range(x.size):
+        d = gout[i] if lo <= x[i] <= hi else 0.0
+        dest[i] = d if beta == 0 else d + beta * dest[i]

@@ -1,0 +1,107 @@
+"""Activations of issue 17 (gelu, silu, softplus, abs, clamp, maximum,
+minimum), built on ``elementwise``'s unary and binary kernels (clamp with
+both bounds on ``kernels/*/bounds.py``): one launch forward, one per
+gradient written (softplus with beta != 1 and threshold != 20 excepted:
+three unary passes)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import buffers, kernels
+from ..kernels import scalar as codes
+from ..tape import Node, _Backward
+from ..tensor import Tensor
+from . import elementwise as ew
+from ._common import contiguous, is_scalar, ones, operand, pair, reshaped, result, scalar_of
+
+
+def _number(value: Any, op: str, what: str) -> float:
+    if not is_scalar(value):
+        raise TypeError(f"{op}: {what} must be a real number, got {value!r}")
+    return float(value)
+
+
+def gelu(x: Any, approximate: str = "none") -> Tensor:
+    """x * Phi(x), PyTorch's ``F.gelu``: ``approximate="tanh"`` uses
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return ew._unary(codes.GELU if approximate == "none" else codes.GELU_TANH, x, 0.0, "gelu")
+
+
+def silu(x: Any) -> Tensor:
+    """x * sigmoid(x), PyTorch's ``F.silu`` (x / (1 + exp(-x)); for x < 0 the
+    same as x e^x / (1 + e^x), which cannot overflow)."""
+    return ew._unary(codes.SILU, x, 0.0, "silu")
+
+
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
+    (PyTorch's ``F.softplus``). A kernel code takes one parameter: beta = 1
+    (any threshold) and threshold = 20 (any beta) are one unary pass; other
+    pairs run softplus(beta x, threshold) / beta, three passes each way."""
+    beta = _number(beta, "softplus", "beta")
+    threshold = _number(threshold, "softplus", "threshold")
+    if beta == 1.0:
+        return ew._unary(codes.SOFTPLUS, x, threshold, "softplus")
+    if threshold == 20.0:
+        return ew._unary(codes.SOFTPLUS_BETA, x, beta, "softplus")
+    scaled = ew._unary(codes.MUL_S, x, beta, "softplus")
+    return ew._unary(codes.DIV_S, ew._unary(codes.SOFTPLUS, scaled, threshold, "softplus"),
+                     beta, "softplus")
+
+
+def abs(x: Any) -> Tensor:  # noqa: A001 (ng.abs, as torch.abs)
+    """|x| elementwise; its gradient at 0 is 0, as PyTorch's."""
+    return ew._unary(codes.ABS, x, 0.0, "abs")
+
+
+def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    """min(max(x, min), max) with scalar bounds, PyTorch's ``torch.clamp``
+    (nan stays nan; where min > max every element is max). The gradient
+    passes where min <= x <= max."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    lo = None if min is None else _number(min, "clamp", "min")
+    hi = None if max is None else _number(max, "clamp", "max")
+    if hi is None:
+        return ew._unary(codes.CLAMP_MIN, x, lo, "clamp")
+    if lo is None:
+        return ew._unary(codes.CLAMP_MAX, x, hi, "clamp")
+    x = operand(x, "clamp")
+    kern, xd = x._kern, contiguous(x)
+    out = buffers.take(kern, xd.shape, xd.dtype)
+    kernels.call(kern, "clamp", out.size, _flat(xd), _flat(out), scalar_of(xd.dtype, lo),
+                 scalar_of(xd.dtype, hi))
+    return result(out, kern, (x,), _clamp_backward, (xd, lo, hi))
+
+
+def _clamp_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    (x,) = node.inputs
+    xd, lo, hi = node.saved
+    kern, dtype = x._kern, xd.dtype
+    g = ones(kern, xd.shape, dtype) if gout is None else gout
+    dest, beta = ctx.dest(x)
+    kernels.call(kern, "clamp_backward", dest.size, _flat(xd), _flat(g), _flat(dest),
+                 scalar_of(dtype, lo), scalar_of(dtype, hi), beta)
+
+
+def _flat(array: Any) -> Any:
+    return reshaped(array, (array.size,))
+
+
+clip = clamp
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    """Elementwise maximum with NumPy broadcasting (nan wins, as in both
+    NumPy and PyTorch); where a == b each input gets half the gradient
+    (PyTorch's). Python scalars are taken as 0-d tensors."""
+    a, b = pair(a, b, "maximum")
+    return ew._binary(codes.MAX, a, b, "maximum")
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    """Elementwise minimum; see ``maximum``."""
+    a, b = pair(a, b, "minimum")
+    return ew._binary(codes.MIN, a, b, "minimum")
