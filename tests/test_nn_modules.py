@@ -319,3 +319,22 @@ def test_zero_grad_register_buffer_checks_and_init_through_apply():
         warnings.simplefilter("error")
         net.apply(init)
     assert all(not m.bias.numpy().any() for m in net.modules() if isinstance(m, nn.Linear))
+
+
+@pytest.mark.parametrize("make", [lambda nn: nn.GELU(), lambda nn: nn.GELU("tanh"),
+                                  lambda nn: nn.SiLU(), lambda nn: nn.Softplus(),
+                                  lambda nn: nn.Softplus(2.0, 5.0)])
+def test_activation_layers_match_torch(dev, make):
+    x = np.linspace(-6, 6, 25).reshape(5, 5)
+    X = dev.param(x)
+    with ng.grad_tape():
+        loss = ng.sum(make(ng.nn)(X) * X)
+    loss.backward()
+    T = torch.tensor(x, requires_grad=True)
+    (make(torch.nn)(T) * T).sum().backward()
+    np.testing.assert_allclose(dev.host(X.grad), T.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_activation_layers_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="approximate"):
+        ng.nn.GELU("fast")

@@ -31,8 +31,10 @@ BCE_LOGITS = 0
 N_POINTWISE = 1
 # Per-element losses with a parameter p (ops/losses.py, the issue-17 section):
 # (pred, target, p) -> one term, and its d/dpred.
-L1, SMOOTH_L1, HUBER, BCE = range(4)
-N_LOSS = 4
+# (SQUARED and LOGITS_BCE are mse_loss's and binary_cross_entropy_with_logits'
+# terms for reduction="none"; reduced, those two have kernels of their own.)
+L1, SMOOTH_L1, HUBER, BCE, SQUARED, LOGITS_BCE = range(6)
+N_LOSS = 6
 _SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
 _INV_SQRT_2PI = 0.3989422804014327     # 1 / sqrt(2 pi)
 _SQRT_2_PI = 0.7978845608028654        # sqrt(2 / pi)
@@ -247,6 +249,10 @@ def loss_term(code, x, t, p):
         lx = max(math.log(x), -100.0) if x > 0 else -100.0
         l1x = max(math.log1p(-x), -100.0) if x < 1 else -100.0
         return (t - 1) * l1x - t * lx
+    if code == SQUARED:
+        return (x - t) * (x - t)
+    if code == LOGITS_BCE:   # pointwise_loss's BCE_LOGITS term
+        return max(x, 0) - x * t + math.log1p(math.exp(-abs(x)))
     raise ValueError("loss_term: unknown loss code")
 
 
@@ -268,4 +274,11 @@ def loss_term_grad(code, x, t, p):
         return p if d > p else d
     if code == BCE:
         return (x - t) / max((1 - x) * x, _BCE_EPS)
+    if code == SQUARED:
+        return 2.0 * (x - t)
+    if code == LOGITS_BCE:   # pointwise_loss_grad's
+        if x >= 0:
+            return 1 / (1 + math.exp(-x)) - t
+        e = math.exp(x)
+        return e / (1 + e) - t
     raise ValueError("loss_term_grad: unknown loss code")

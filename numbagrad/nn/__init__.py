@@ -19,6 +19,7 @@ import numpy as np
 from .. import kernels, ops
 from ..ops._common import is_scalar
 from ..tensor import Tensor, param
+from ..tensor import tensor as _tensor
 
 __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmoid"]
 
@@ -368,6 +369,38 @@ class Tanh(Module):
 class Sigmoid(Module):
     def forward(self, x: Any) -> Tensor:
         return ops.sigmoid(x)
+
+
+class GELU(Module):
+    """``ng.gelu`` (``approximate="none"`` or ``"tanh"``), as ``torch.nn.GELU``."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        ops.gelu(_tensor(np.zeros(1)), approximate)   # a bad value raises here, not later
+        self.approximate = approximate
+
+    def forward(self, x: Any) -> Tensor:
+        return ops.gelu(x, self.approximate)
+
+
+class SiLU(Module):
+    def forward(self, x: Any) -> Tensor:
+        return ops.silu(x)
+
+
+class Softplus(Module):
+    """``ng.softplus``, as ``torch.nn.Softplus(beta, threshold)``."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        ops.softplus(_tensor(np.zeros(1)), beta, threshold)   # bad values raise here
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: Any) -> Tensor:
+        return ops.softplus(x, self.beta, self.threshold)
+
+
+__all__ += ["GELU", "SiLU", "Softplus"]
 
 
 # ------------------------------------------------ generic layers and containers

@@ -43,11 +43,13 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     """Squared error of ``pred`` against ``target``, averaged or summed.
 
     ``reduction="mean"`` averages over all elements (nan for none, as
-    PyTorch), ``"sum"`` adds them.
+    PyTorch), ``"sum"`` adds them, ``"none"`` gives the per-element losses.
     The target never receives a gradient. One fused kernel computes the
     loss and, for the backward pass, the residual gradient.
     """
     if reduction != "mean":
+        if reduction == "none":
+            return _pointwise(codes.SQUARED, pred, target, reduction, 0.0, "mse_loss")
         check_reduction("mse_loss", reduction)
     # The common case (a contiguous pred, and a target of the same device,
     # dtype and shape, or a matching host array on the CPU) skips `pair`.
@@ -87,6 +89,9 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
     binary cross-entropy in one stable formula (fine for logits of +-1000).
     ``target`` holds probabilities in [0, 1], same shape as ``logits``; the
     mean over no elements is nan, as PyTorch."""
+    if reduction == "none":
+        return _pointwise(codes.LOGITS_BCE, logits, target, reduction, 0.0,
+                          "binary_cross_entropy_with_logits")
     check_reduction("binary_cross_entropy_with_logits", reduction)
     x, t = pair(logits, target, "binary_cross_entropy_with_logits", ("logits", "target"))
     if x.shape != t.shape:
@@ -101,27 +106,64 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 
-def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
+def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_index: int = -100,
+                  label_smoothing: float = 0.0) -> Tensor:
     """PyTorch's ``F.cross_entropy`` for logits (N, C) or (N, C, d1, ...) and
     integer class indices ``target`` (N,) or (N, d1, ...): log-softmax and
     negative log-likelihood fused in one stable kernel, whose backward is
     softmax minus one-hot; the mean is over every (sample, position). The
     mean over nothing is nan, as PyTorch.
 
+    PyTorch's options, with its formulas: targets equal to ``ignore_index``
+    add nothing and the mean is over the others (nan when all are ignored);
+    ``label_smoothing`` = e mixes the target with the uniform distribution,
+    (1 - e) * nll + e * mean over classes of -log p; ``reduction="none"``
+    gives the per-(sample, position) losses, 0 where ignored. These run as
+    the composition log_softmax, gather, mean and products (a few kernels
+    each way); the default call, with no target ignored, is the fused kernel.
+
     ``target`` is a NumPy integer array on either device (on "cuda" it is
     uploaded once per call) or, on "cuda", a Numba device array of integers
-    (no upload; its values are not checked on the host). With positions
-    (d1, ...), the kernel reads the logits in place as (N, C, d1 * ...), the
-    classes at stride d1 * ..., and writes the gradient in their layout: one
-    launch either way.
+    (no upload; its values are not checked on the host, so none is taken as
+    ``ignore_index``). With positions (d1, ...), the kernel reads the logits
+    in place as (N, C, d1 * ...), the classes at stride d1 * ..., and writes
+    the gradient in their layout: one launch either way.
     """
     op = "cross_entropy"
-    check_reduction(op, reduction)
+    if reduction != "mean":
+        _check_reduction(op, reduction)
+    if type(ignore_index) is not int:
+        ignore_index = _ignore_index(op, ignore_index)
+    if label_smoothing != 0.0 and not (is_scalar(label_smoothing) and 0.0 <= label_smoothing <= 1.0):
+        raise ValueError(f"{op}: label_smoothing must be a number in [0, 1], got "
+                         f"{label_smoothing!r}")
     x = operand(logits, op, "logits")
     kern, shape, dtype = x._kern, x._data.shape, x._data.dtype
+    if reduction == "none" or label_smoothing != 0.0 \
+            or (len(shape) >= 2 and 0 <= ignore_index < shape[1]):   # a class is ignored
+        return _cross_entropy_composed(x, target, reduction, ignore_index, label_smoothing)
+    try:
+        return _cross_entropy_fused(x, kern, shape, dtype, target, reduction, ignore_index)
+    except _Ignored:
+        return _cross_entropy_composed(x, target, reduction, ignore_index, 0.0)
+
+
+class _Ignored(Exception):
+    """A host target holds ``ignore_index``: the fused kernel cannot take it."""
+
+
+def _ignore_index(op: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{op}: ignore_index must be an int, got {value!r}")
+    return int(value)
+
+
+def _cross_entropy_fused(x: Tensor, kern: Any, shape: tuple, dtype: Any, target: Any,
+                         reduction: str, ignore_index: int) -> Tensor:
+    op = "cross_entropy"
     if len(shape) == 2:
         n, classes = shape
-        labels = _labels(kern, target, (n,), classes)
+        labels = _labels(kern, target, (n,), classes, ignore_index)
         loss = buffers.take(kern, (), dtype)
         grad = buffers.take(kern, shape, dtype)
         # C-contiguous logits and gradient of one dtype, int64 labels, a 0-d loss
@@ -133,7 +175,7 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     shape = tuple(shape)
     n, classes, rest = shape[0], shape[1], shape[2:]
     positions = math.prod(rest)
-    labels = _labels(kern, target, (n, *rest), classes)
+    labels = _labels(kern, target, (n, *rest), classes, ignore_index)
     loss = buffers.take(kern, (), dtype)
     grad = buffers.take(kern, shape, dtype)
     scale = _scale(reduction, n * positions)
@@ -143,8 +185,10 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 
-def _labels(kern: Any, target: Any, shape: tuple, classes: int) -> Any:
-    """Class indices of ``shape`` as an int64 array on ``kern``'s device, checked first."""
+def _labels(kern: Any, target: Any, shape: tuple, classes: int, ignore: int | None = None
+            ) -> Any:
+    """Class indices of ``shape`` as an int64 array on ``kern``'s device, checked first
+    (``_Ignored`` when a host target holds ``ignore``)."""
     op = "cross_entropy"
     if isinstance(target, Tensor):
         raise TypeError(f"{op}: target must be integer class indices (a NumPy integer "
@@ -162,6 +206,8 @@ def _labels(kern: Any, target: Any, shape: tuple, classes: int) -> Any:
                          f"{(shape[0], classes, *shape[1:])} need {shape}")
     flat = host if host.ndim == 1 else host.reshape(-1)
     bad = first_bad_label(flat, classes)
+    if bad >= 0 and ignore is not None and flat[bad] == ignore:
+        raise _Ignored
     if bad >= 0:
         where = np.unravel_index(bad, shape)
         where = where[0] if len(shape) == 1 else tuple(int(i) for i in where)
@@ -180,6 +226,47 @@ def _as_int64(host: np.ndarray) -> np.ndarray:
     """A C-contiguous int64 copy of host labels (``ng.compile`` records
     which argument such a copy came from)."""
     return np.ascontiguousarray(host, np.int64)
+
+
+def _cross_entropy_composed(x: Tensor, target: Any, reduction: str, ignore: int,
+                            smoothing: float) -> Tensor:
+    """``cross_entropy`` with ``reduction="none"``, ``label_smoothing`` or an
+    ignored target, as PyTorch computes it, from differentiable ops."""
+    from . import elementwise as ew, indexing, reductions, shape as shape_ops
+    op = "cross_entropy"
+    shape = tuple(x.shape)
+    if len(shape) < 2:
+        raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
+    n, classes, rest = shape[0], shape[1], shape[2:]
+    kern, dtype = x._kern, x._data.dtype
+    if kern.name != "cpu" and kern.is_device_array(target):   # values not read back
+        labels = _labels(kern, target, (n, *rest), classes)
+        valid = None
+        index = target
+    else:
+        host = np.asarray(target)
+        if isinstance(target, Tensor) or host.dtype.kind not in "iu":
+            _labels(kern, target, (n, *rest), classes)   # raises, naming the problem
+        valid = host != ignore
+        safe = np.where(valid, host, 0)
+        _labels(kern, safe, (n, *rest), classes)          # shape and range, checked
+        index = safe
+    lp = reductions.log_softmax(x, axis=1)
+    picked = indexing.gather(lp, 1, index.reshape((n, 1) + rest))
+    per = ew.neg(shape_ops.reshape(picked, (n,) + rest))
+    if smoothing:
+        smooth = ew.neg(reductions.mean(lp, axis=1))
+        per = ew.add(ew.mul(per, 1.0 - smoothing), ew.mul(smooth, float(smoothing)))
+    count = n * math.prod(rest)
+    if valid is not None and not valid.all():
+        weights = valid.astype(dtype)
+        per = ew.mul(per, weights if kern.name == "cpu" else
+                     Tensor(kernels.from_host(kern, weights), kern))
+        count = int(valid.sum())
+    if reduction == "none":
+        return per
+    total = reductions.sum(per)
+    return total if reduction == "sum" else ew.mul(total, mean_scale(count))
 
 
 # ------------------------------------------- issue 17: more losses, reduction="none"
