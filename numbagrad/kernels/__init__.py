@@ -47,7 +47,7 @@ NAMES += ("im2col", "col2im", "max_pool2d", "max_pool2d_backward",   # convoluti
           "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
           "adaptive_avg_pool2d_backward")
 
-NAMES += ()   # normalisation and attention
+NAMES += ("attention", "attention_backward")   # normalisation and attention
 _loaded: dict[str, ModuleType] = {}
 
 

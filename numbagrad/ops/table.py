@@ -21,6 +21,7 @@ from . import conv, pool   # convolution and pooling
 from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
 from . import dropout as random_ops   # randomness, dropout and embedding
+from . import attention   # normalisation and attention
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ OPS: tuple[Op, ...] = (
        sample=((1, 2, 5, 4),), args=((2, 3),)),
 
     # --- normalisation and attention
-
+    # (three inputs and a mask, which the table's torch cases do not take: tests/test_attention.py)
+    Op("scaled_dot_product_attention", attention.scaled_dot_product_attention),
 )
 
 BY_NAME = {op.name: op for op in OPS}

@@ -61,6 +61,7 @@ from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d
                    avg_pool2d_backward, col2im, im2col, max_pool2d, max_pool2d_backward)
 
 # normalisation and attention
+from .attention import attention, attention_backward  # noqa: F401
 
 KERNELS = _table(globals(), _NAMES)
 KERNEL_FNS = _split(KERNELS)
