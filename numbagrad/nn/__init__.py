@@ -623,3 +623,6 @@ def _epilogue(module: Module) -> tuple[str, float] | None:
 from .conv import Conv1d, Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d  # noqa
 
 __all__ += ["Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d"]
+from .attention import MultiheadAttention  # noqa
+
+__all__ += ["MultiheadAttention"]
