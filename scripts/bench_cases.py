@@ -28,6 +28,10 @@ QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large", "bmm"]
 QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps to a few minutes on two cores:
 QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 
+# --- attention: causal SDPA forward and backward, q, k, v learned (batch, heads, T, d)
+CASES["attention"] = {"kind": "attention", "shape": (12, 4, 64, 32)}
+QUICK_CASES += ["attention"]
+
 
 def describe(case: str) -> str:
     """The case line of the table: the problem in words."""
@@ -38,6 +42,9 @@ def describe(case: str) -> str:
     if c["kind"] == "bmm":
         b, n, k, m = c["shape"]
         return f"bmm ({b}, {n}, {k}) @ ({b}, {k}, {m}), both learned, MSE"
+    if c["kind"] == "attention":
+        b, h, t, d = c["shape"]
+        return f"causal attention B={b} H={h} T={t} d={d}, q k v learned, MSE"
     return (f"MLP {'-'.join(map(str, c['layers']))}, batch {c['batch']}, ReLU, "
             f"cross-entropy")
 
@@ -51,12 +58,16 @@ def short_size(case: str) -> str:
     if c["kind"] == "bmm":
         b, n, k, m = c["shape"]
         return f"bmm {b}x{n}x{k}x{m}"
+    if c["kind"] == "attention":
+        b, h, t, d = c["shape"]
+        return f"attn {b}x{h}x{t}x{d}"
     return f"{'-'.join(map(str, c['layers']))} b{c['batch']}"
 
 
 def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[str, str]]:
-    """The (dtype, optimizer) rows a case runs: an MLP or bmm case runs ``MLP_ROW`` only."""
-    if CASES[case]["kind"] in ("mlp", "bmm"):
+    """The (dtype, optimizer) rows a case runs: an MLP, bmm or attention case runs
+    ``MLP_ROW`` only."""
+    if CASES[case]["kind"] in ("mlp", "bmm", "attention"):
         return [MLP_ROW]
     if quick and case in QUICK_FLOAT32_ONLY:
         dtypes = [d for d in dtypes if d == "float32"] or dtypes

@@ -203,10 +203,10 @@ def test_mha_loads_a_torch_state_dict_and_matches(dev, mask):
     kw, tkw = {}, {}
     if mask == "bool":
         am = np.triu(np.ones((3, 4), bool), 1)          # True: may NOT attend (PyTorch's MHA)
-        kw, tkw = dict(attn_mask=am), dict(attn_mask=torch.tensor(am))
+        kw, tkw = dict(attn_mask=dev.tensor(am * 1.0) > 0.5), dict(attn_mask=torch.tensor(am))
     elif mask == "float":
         am = np.random.default_rng(1).normal(size=(4, 3, 4))   # (N * heads, L, S)
-        kw, tkw = dict(attn_mask=am), dict(attn_mask=torch.tensor(am))
+        kw, tkw = dict(attn_mask=dev.tensor(am)), dict(attn_mask=torch.tensor(am))
     elif mask == "causal":
         am = torch.nn.Transformer.generate_square_subsequent_mask(3, dtype=torch.float64)
         kw = dict(is_causal=True)
