@@ -14,6 +14,7 @@ import math
 from types import ModuleType
 from typing import Any
 
+import numba
 import numpy as np
 
 from .. import buffers, kernels, tape
@@ -25,6 +26,7 @@ from ._common import (broadcast_shape, contiguous, describe, is_scalar, ones, op
 from .select import astype, where
 
 _OP = "scaled_dot_product_attention"
+BLOCK = 32    # query rows per CPU task: the scratch is BLOCK x S per thread
 
 
 @functools.lru_cache(maxsize=64)
@@ -150,13 +152,21 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     keep = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
     sc = float(scale) if scale is not None else (1.0 / math.sqrt(E) if E else math.inf)
     args = (q3, k3, v3, mask3, maps, bool(is_causal), sc, p, keep)
-    kernels.call(kern, "attention", b * L * S * (E + Ev), *args, _random.state(kern), seeds,
-                 out3, lse)
-    return result(out, kern, (q, k, v), _backward, (args, seeds, out3, lse))
+    size = b * L * S * (E + Ev)
+    kernels.call(kern, "attention", size, *args, _random.state(kern), seeds, out3, lse,
+                 _work(kern, size, 1, S, dtype), BLOCK)
+    return result(out, kern, (q, k, v), _backward, (args, seeds, out3, lse, size))
+
+
+def _work(kern: ModuleType, size: int, per_slot: int, s: int, dtype: Any) -> Any:
+    """The kernels' scratch: ``per_slot`` (BLOCK, S) blocks for each thread the
+    call may run on (one when ``kernels.call`` picks the serial kernel)."""
+    slots = numba.config.NUMBA_NUM_THREADS if size >= kern.MT_MIN else 1
+    return buffers.take(kern, (slots * per_slot, max(1, BLOCK * s)), dtype)
 
 
 def _backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    args, seeds, out3, lse = node.saved
+    args, seeds, out3, lse, size = node.saved
     kern = node.inputs[0]._kern
     dtype = out3.dtype
     if gout is None:
@@ -181,9 +191,9 @@ def _backward(ctx: _Backward, node: Node, gout: Any) -> None:
         batch.append(i)
     calls.append(batch)
     zero = _zeros(kern, dtype)
-    size = out3.shape[0] * out3.shape[1] * args[0].shape[2] * args[1].shape[1]
+    work = _work(kern, size, 2, args[1].shape[1], dtype)
     for batch in calls:
         grads = [dests[i][1] if i in batch else zero for i in range(3)]
         betas = [dests[i][2] if i in batch else 0.0 for i in range(3)]
         kernels.call(kern, "attention_backward", size, *args, seeds, out3, lse, g3, *grads,
-                     *betas, *(i in batch for i in range(3)))
+                     *betas, *(i in batch for i in range(3)), work, BLOCK)

@@ -32,10 +32,11 @@ def _inputs(dt):
 
 
 @kernel("attention", lambda dt: _inputs(dt) + (array_type(uint64, 1), array_type(uint64, 1),
-                                               _a3(dt), array_type(float64, 2)))
+                                               _a3(dt), array_type(float64, 2),
+                                               array_type(dt, 2), int64))
 def _attention_source(config: Config, dtype):
     def attention_kernel(q, k, v, mask, maps, causal, scale, p, keep_scale, state, seeds, out,
-                         lse):
+                         lse, work, block):
         key, key2 = _stream_key(state[0], state[1])
         cut = p * TWO32 if p > 0.0 else -1.0
         t = cuda.grid(1)
@@ -61,11 +62,11 @@ def _attention_source(config: Config, dtype):
 @kernel("attention_backward",
         lambda dt: _inputs(dt) + (array_type(uint64, 1), _a3(dt), array_type(float64, 2),
                                   _a3(dt), _a3(dt), _a3(dt), _a3(dt), float64, float64, float64,
-                                  _B, _B, _B))
+                                  _B, _B, _B, array_type(dt, 2), int64))
 def _attention_backward_source(config: Config, dtype):
     def attention_backward_kernel(q, k, v, mask, maps, causal, scale, p, keep_scale, seeds, out,
                                   lse, g, dq, dk, dv, beta_q, beta_k, beta_v, want_q, want_k,
-                                  want_v):
+                                  want_v, work, block):
         key, key2 = _stream_key(seeds[0], seeds[1])
         cut = p * TWO32 if p > 0.0 else -1.0
         joint = want_k and want_v
@@ -91,21 +92,25 @@ def _attention_backward_source(config: Config, dtype):
     return attention_backward_kernel
 
 
-def attention(q, k, v, mask, maps, causal, scale, p, keep_scale, state, seeds, out,
-              lse) -> None:
-    """See ``kernels.cpu.attention``: one launch (an empty output still saves
-    the seeds and advances the counter, as the CPU kernel does)."""
+def attention(q, k, v, mask, maps, causal, scale, p, keep_scale, state, seeds, out, lse, work,
+              block) -> None:
+    """See ``kernels.cpu.attention``: one launch, one thread per output row
+    (``work`` and ``block`` unused; an empty output still saves the seeds and
+    advances the counter, as the CPU kernel does)."""
     launch("attention", out.dtype, grid(out.shape[0] * out.shape[1]), THREADS, q, k, v, mask,
-           maps, bool(causal), float(scale), float(p), float(keep_scale), state, seeds, out, lse)
+           maps, bool(causal), float(scale), float(p), float(keep_scale), state, seeds, out, lse,
+           work, int(block))
 
 
 def attention_backward(q, k, v, mask, maps, causal, scale, p, keep_scale, seeds, out, lse, g,
-                       dq, dk, dv, beta_q, beta_k, beta_v, want_q, want_k, want_v) -> None:
-    """See ``kernels.cpu.attention_backward``: one launch for every wanted gradient."""
+                       dq, dk, dv, beta_q, beta_k, beta_v, want_q, want_k, want_v, work,
+                       block) -> None:
+    """See ``kernels.cpu.attention_backward``: one launch for every wanted
+    gradient, one thread per row of dq, dk or dv (``work``, ``block`` unused)."""
     rows_ = (dq.shape[0] * dq.shape[1] * bool(want_q) + dk.shape[0] * dk.shape[1]
              * bool(want_k) + dv.shape[0] * dv.shape[1] * bool(want_v))
     if rows_:
         launch("attention_backward", q.dtype, grid(rows_), THREADS, q, k, v, mask, maps,
                bool(causal), float(scale), float(p), float(keep_scale), seeds, out, lse, g, dq,
                dk, dv, float(beta_q), float(beta_k), float(beta_v), bool(want_q), bool(want_k),
-               bool(want_v))
+               bool(want_v), work, int(block))
