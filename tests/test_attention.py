@@ -382,3 +382,27 @@ def test_mismatched_dtypes_and_devices_raise():
     if ng.cuda_available():
         with pytest.raises(ValueError, match="query is on cpu but key on cuda"):
             sdpa(ng.tensor(q), ng.tensor(k, device="cuda"), ng.tensor(v))
+
+
+def test_threaded_cpu_kernels_give_the_serial_bits():
+    from numbagrad.kernels import cpu
+    from numbagrad.ops.attention import BLOCK
+    rng = np.random.default_rng(17)
+    B, L, S, E = 3, 40, 37, 5                  # two blocks of rows, the second partial
+    q, k, v, g = (rng.normal(size=(B, n, E)) for n in (L, S, S, L))
+    mask = rng.normal(size=(1, L, S))
+    maps = np.tile(np.arange(B), (4, 1)).astype(np.int64)
+    maps[3] = 0
+    runs = []
+    for fwd, bwd, slots in ((cpu.attention, cpu.attention_backward, 1),
+                            (cpu.attention_mt, cpu.attention_backward_mt, 3)):
+        state = np.array([7, 3, 0], np.uint64)
+        seeds, out, lse = np.empty(2, np.uint64), np.empty((B, L, E)), np.empty((B, L))
+        args = (q, k, v, mask, maps, True, 0.4, 0.3, 1 / 0.7)
+        fwd(*args, state, seeds, out, lse, np.empty((slots, BLOCK * S)), BLOCK)
+        grads = [np.ones_like(q), np.ones_like(k), np.ones_like(v)]
+        bwd(*args, seeds, out, lse, g, *grads, 0.0, 1.0, 0.5, True, True, True,
+            np.empty((2 * slots, BLOCK * S)), BLOCK)
+        assert state[1] == 4 and list(seeds) == [7, 3]
+        runs.append([a.tobytes() for a in (out, lse, *grads)])
+    assert runs[0] == runs[1]

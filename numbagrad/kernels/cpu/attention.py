@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from .matmul import gemm as _gemm
+from ._threads import _cast_like
 from .random import TWO32, generator
 
 _ONE = np.uint64(1)
@@ -165,29 +166,41 @@ def _kept(cut, keep_scale, key, key2, n):
 def _probabilities(q, k, mask, maps, causal, scale, lse, sv, b, i0, n, cols, write_lse):
     """sv (n, cols) = the softmax of query rows i0..i0+n of batch b over the
     first ``cols`` keys (one GEMM for the scores); the rows' log-sum-exp is
-    written to ``lse`` (write_lse) or read from it."""
+    written to ``lse`` (write_lse) or read from it. Exponentials are taken
+    in the data's dtype (one per probability)."""
     qb, kb, mb = maps[0, b], maps[1, b], maps[3, b]
     _gemm(q[qb, i0:i0 + n], k[kb, :cols], sv, False, True, scale, 0.0)
     for r in range(n):
         i = i0 + r
         stop = min(cols, i + 1) if causal else cols
         mi = i if mask.shape[1] > 1 else 0
-        for j in range(cols):
-            mj = j if mask.shape[2] > 1 else 0
-            sv[r, j] = sv[r, j] + mask[mb, mi, mj] if j < stop else -math.inf
+        for j in range(stop):
+            sv[r, j] += mask[mb, mi, j if mask.shape[2] > 1 else 0]
         if write_lse:
             peak = -math.inf
             for j in range(stop):
                 if sv[r, j] > peak:
                     peak = sv[r, j]
-            total = 0.0
-            if peak > -math.inf:
-                for j in range(stop):
-                    total += math.exp(sv[r, j] - peak)
-            lse[b, i] = peak + math.log(total) if peak > -math.inf else -math.inf
+            lse[b, i] = peak
         ls = lse[b, i]
-        for j in range(cols):      # every key masked: a zero row, as PyTorch
-            sv[r, j] = math.exp(sv[r, j] - ls) if ls > -math.inf else 0.0
+        if ls == -math.inf:            # every key masked: a zero row, as PyTorch
+            stop = 0
+        elif write_lse:
+            top, total = _cast_like(sv, ls), 0.0
+            for j in range(stop):
+                e = math.exp(sv[r, j] - top)
+                sv[r, j] = e
+                total += e
+            lse[b, i] = ls + math.log(total)
+            inv = _cast_like(sv, 1.0 / total)
+            for j in range(stop):
+                sv[r, j] *= inv
+        else:
+            top = _cast_like(sv, ls)
+            for j in range(stop):
+                sv[r, j] = math.exp(sv[r, j] - top)
+        for j in range(stop, cols):
+            sv[r, j] = 0.0
 
 
 @_inline
@@ -270,7 +283,9 @@ def _backward_batch(q, k, v, mask, maps, causal, scale, cut, keep_scale, key, ke
         d = tv[:n * cols].reshape((n, cols))
         _probabilities(q, k, mask, maps, causal, scale, lse, p, b, i0, n, cols, False)
         gb = g[b, i0:i0 + n]
-        if want_v:
+        if want_v and cut < 0.0:
+            _gemm(p, gb, dv[vb, :cols], True, False, 1.0, 1.0)
+        elif want_v:
             for r in range(n):
                 base = (b * big_l + i0 + r) * big_s
                 for j in range(cols):
