@@ -174,8 +174,9 @@ def _probabilities(q, k, mask, maps, causal, scale, lse, sv, b, i0, n, cols, wri
         i = i0 + r
         stop = min(cols, i + 1) if causal else cols
         mi = i if mask.shape[1] > 1 else 0
-        for j in range(stop):
-            sv[r, j] += mask[mb, mi, j if mask.shape[2] > 1 else 0]
+        if mask.size != 1 or mask[0, 0, 0] != 0.0:     # (no mask: a single 0)
+            for j in range(stop):
+                sv[r, j] += mask[mb, mi, j if mask.shape[2] > 1 else 0]
         if write_lse:
             peak = -math.inf
             for j in range(stop):
@@ -299,9 +300,13 @@ def _backward_batch(q, k, v, mask, maps, causal, scale, cut, keep_scale, key, ke
                 for c in range(out.shape[2]):
                     delta += g[b, i, c] * out[b, i, c]
                 base = (b * big_l + i) * big_s
-                for j in range(cols):
-                    z = _kept(cut, keep_scale, key, key2, base + j)
-                    d[r, j] = p[r, j] * (z * d[r, j] - delta) * scale
+                if cut < 0.0:
+                    for j in range(cols):
+                        d[r, j] = p[r, j] * (d[r, j] - delta) * scale
+                else:
+                    for j in range(cols):
+                        z = _kept(cut, keep_scale, key, key2, base + j)
+                        d[r, j] = p[r, j] * (z * d[r, j] - delta) * scale
             if want_q:
                 _gemm(d, k[kb, :cols], dq[qb, i0:i0 + n], False, False, 1.0, 1.0)
             if want_k:
