@@ -37,9 +37,11 @@ CASES = [
     ((2, 3, 4), (2, 5, 4), (2, 5, 6), dict(attn_mask=BOOL_MASK)),
     ((2, 3, 4), (1, 5, 4), (2, 5, 6), dict(attn_mask=FLOAT_MASK)),
     ((3, 4), (5, 4), (5, 2), {}),                                       # no batch dims
+    ((2, 0, 4), (2, 5, 4), (2, 5, 3), dict(is_causal=True)),           # size 0: as PyTorch
+    ((2, 3, 4), (2, 0, 4), (2, 0, 3), {}),                              # no keys: zeros
 ]
 IDS = ["plain", "causal", "causal-L<S", "causal-L>S-scale", "broadcast", "bool-mask",
-       "float-mask", "2d"]
+       "float-mask", "2d", "L0", "S0"]
 
 
 def _torch_kw(kw, dtype=np.float64):
