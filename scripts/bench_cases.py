@@ -30,6 +30,10 @@ QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large", "bmm", "cnn"]
 QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps to a few minutes on two cores:
 QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 
+# --- attention: causal SDPA forward and backward, q, k, v learned (batch, heads, T, d)
+CASES["attention"] = {"kind": "attention", "shape": (12, 4, 64, 32)}
+QUICK_CASES += ["attention"]
+
 
 def describe(case: str) -> str:
     """The case line of the table: the problem in words."""
@@ -45,6 +49,9 @@ def describe(case: str) -> str:
         return (f"CNN {c0}x{side}x{side}: conv3x3 {c1}, ReLU, maxpool 2, conv3x3 {c2}, ReLU, "
                 f"maxpool 2, flatten, linear {cnn_features(case)}-{c['classes']}; "
                 f"batch {c['batch']}, cross-entropy")
+    if c["kind"] == "attention":
+        b, h, t, d = c["shape"]
+        return f"causal attention B={b} H={h} T={t} d={d}, q k v learned, MSE"
     return (f"MLP {'-'.join(map(str, c['layers']))}, batch {c['batch']}, ReLU, "
             f"cross-entropy")
 
@@ -67,12 +74,16 @@ def short_size(case: str) -> str:
         return f"bmm {b}x{n}x{k}x{m}"
     if c["kind"] == "cnn":
         return f"cnn {c['image']}x{c['image']} b{c['batch']}"
+    if c["kind"] == "attention":
+        b, h, t, d = c["shape"]
+        return f"attn {b}x{h}x{t}x{d}"
     return f"{'-'.join(map(str, c['layers']))} b{c['batch']}"
 
 
 def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[str, str]]:
-    """The (dtype, optimizer) rows a case runs: an MLP, bmm or CNN case runs ``MLP_ROW`` only."""
-    if CASES[case]["kind"] in ("mlp", "bmm"):
+    """The (dtype, optimizer) rows a case runs: an MLP, bmm, CNN or attention case runs
+    ``MLP_ROW`` only."""
+    if CASES[case]["kind"] in ("mlp", "bmm", "attention"):
         return [MLP_ROW]
     if CASES[case]["kind"] == "cnn":
         return [MLP_ROW]

@@ -99,6 +99,15 @@ def cnn_problem(case: str, dtype) -> tuple[list[np.ndarray], np.ndarray, np.ndar
     return params, x, labels
 
 
+# --- attention: the problem
+def attention_problem(case: str, dtype) -> tuple[np.ndarray, ...]:
+    """An attention case's learned Q, K, V (batch, heads, T, d) and the target
+    Y of the MSE of causal scaled-dot-product attention."""
+    shape = CASES[case]["shape"]
+    rng = np.random.default_rng(0)
+    return tuple(rng.normal(size=shape).astype(dtype) for _ in range(4))
+
+
 def initial_weights(case: str, dtype) -> list[np.ndarray]:
     """Every peer's starting weights, in the order ``.weights()`` returns them."""
     if CASES[case]["kind"] == "linear":
@@ -107,6 +116,8 @@ def initial_weights(case: str, dtype) -> list[np.ndarray]:
         return list(bmm_problem(case, dtype)[:2])
     if CASES[case]["kind"] == "cnn":
         return cnn_problem(case, dtype)[0]
+    if CASES[case]["kind"] == "attention":
+        return list(attention_problem(case, dtype)[:3])
     return mlp_problem(case, dtype)[0]
 
 
@@ -151,6 +162,15 @@ def _ng_setup(case, dtype, opt_kind, device):
             state = model.state_dict()
             return [state[n] for n in CNN_NAMES]
         return loss_fn, (x, labels), optimizer(model.parameters()), weights
+    if CASES[case]["kind"] == "attention":
+        *qkv, y0 = attention_problem(case, dtype)
+        Q, K_, V = (ng.param(a, device=device) for a in qkv)
+        sdpa, mse_loss = ng.scaled_dot_product_attention, ng.mse_loss
+
+        def loss_fn(y):
+            return mse_loss(sdpa(Q, K_, V, is_causal=True), y)
+        return (loss_fn, (ng.tensor(y0, device=device),), optimizer([Q, K_, V]),
+                lambda: [Q.numpy(), K_.numpy(), V.numpy()])
 
     params, x0, labels = mlp_problem(case, dtype)
     nn, layers, names = ng.nn, [], []
@@ -275,6 +295,8 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
         return numpy_bmm_step(case, dtype, opt_kind)
     if CASES[case]["kind"] == "cnn":
         return None          # no hand-written NumPy convolution: the table says n/a
+    if CASES[case]["kind"] == "attention":
+        return numpy_attention_step(case, dtype, opt_kind)
     W, X, Y = problem(case, dtype)
     P, G, T = np.empty_like(Y), np.zeros_like(W), np.empty_like(W)
     opt = _NumpyOptimizer(W.reshape(-1), G.reshape(-1), opt_kind)
@@ -315,6 +337,55 @@ def numpy_bmm_step(case, dtype, opt_kind) -> Callable[[], None]:
         np.add(gB, tB, out=gB)
         opt.step()
     micro_step.weights = lambda: [A.copy(), B.copy()]
+    return micro_step
+
+
+# --- attention: NumPy by hand
+def numpy_attention_step(case, dtype, opt_kind) -> Callable[[], None]:
+    """Hand-written causal attention: the (T, T) probabilities materialised,
+    Q, K, V views of one flat weight array; every buffer is made once."""
+    *qkv, Y = attention_problem(case, dtype)
+    flat_w = np.concatenate([a.ravel() for a in qkv])
+    flat_g = np.zeros_like(flat_w)
+    n = Y.size
+    Q, K_, V = (flat_w[i * n:(i + 1) * n].reshape(Y.shape) for i in range(3))
+    gQ, gK, gV = (flat_g[i * n:(i + 1) * n].reshape(Y.shape) for i in range(3))
+    t, d = Y.shape[-2:]
+    scale = np.dtype(dtype).type(1.0 / math.sqrt(d))
+    future = np.triu(np.ones((t, t), bool), 1)
+    P = np.empty(Y.shape[:-1] + (t,), dtype)
+    dP, O, tmp = np.empty_like(P), np.empty_like(Y), np.empty_like(Y)
+    rows = np.empty(Y.shape[:-1] + (1,), dtype)
+    opt = _NumpyOptimizer(flat_w, flat_g, opt_kind)
+    c = 2.0 / n
+
+    def micro_step():
+        np.matmul(Q, K_.swapaxes(-1, -2), out=P)
+        np.multiply(P, scale, out=P)
+        P[..., future] = -np.inf
+        np.max(P, axis=-1, keepdims=True, out=rows)
+        np.subtract(P, rows, out=P)
+        np.exp(P, out=P)
+        np.sum(P, axis=-1, keepdims=True, out=rows)
+        np.divide(P, rows, out=P)                # softmax
+        np.matmul(P, V, out=O)
+        np.subtract(O, Y, out=O)                 # residual
+        loss = np.vdot(O, O) / n                 # noqa: F841 (computed, as a step must)
+        np.multiply(O, c, out=O)                 # d loss / d out
+        np.matmul(P.swapaxes(-1, -2), O, out=tmp)
+        np.add(gV, tmp, out=gV)
+        np.matmul(O, V.swapaxes(-1, -2), out=dP)
+        np.multiply(dP, P, out=dP)
+        np.sum(dP, axis=-1, keepdims=True, out=rows)
+        np.multiply(P, rows, out=P)
+        np.subtract(dP, P, out=dP)               # d loss / d scores, up to the scale
+        np.multiply(dP, scale, out=dP)
+        np.matmul(dP, K_, out=tmp)
+        np.add(gQ, tmp, out=gQ)
+        np.matmul(dP.swapaxes(-1, -2), Q, out=tmp)
+        np.add(gK, tmp, out=gK)
+        opt.step()
+    micro_step.weights = lambda: [Q.copy(), K_.copy(), V.copy()]
     return micro_step
 
 
@@ -409,6 +480,14 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
 
         def loss_fn(x, y):
             return ce(model(x), y)
+    elif CASES[case]["kind"] == "attention":
+        *qkv, y0 = attention_problem(case, dtype)
+        params = [torch.tensor(a, device=dev, requires_grad=True) for a in qkv]
+        data = (torch.tensor(y0, device=dev),)
+        mse, sdpa = torch.nn.functional.mse_loss, torch.nn.functional.scaled_dot_product_attention
+
+        def loss_fn(y):
+            return mse(sdpa(*params, is_causal=True), y)
     else:
         ws, x0, labels = mlp_problem(case, dtype)
         layers = []
@@ -489,6 +568,15 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     elif CASES[case]["kind"] == "cnn":
         params, x0, y0 = cnn_problem(case, dtype)
         loss_fn = _jax_cnn_loss(jax, jnp, optax)
+    elif CASES[case]["kind"] == "attention":
+        *qkv, y0 = attention_problem(case, dtype)
+        params, x0 = list(qkv), None
+        t, d = y0.shape[-2:]
+        causal = np.tril(np.ones((t, t), bool))
+
+        def loss_fn(p, x, y):
+            s = jnp.where(causal, p[0] @ jnp.swapaxes(p[1], -1, -2) / math.sqrt(d), -jnp.inf)
+            return jnp.mean((jax.nn.softmax(s, axis=-1) @ p[2] - y) ** 2)
     else:
         params, x0, y0 = mlp_problem(case, dtype)
 
@@ -560,6 +648,17 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
                 for g in ((A[i], B[i], P[i]), (P[i], B[i].T, gA[i]), (A[i].T, P[i], gB[i]))]
     if CASES[case]["kind"] == "cnn":
         return cnn_floor_gemms(case, rand)
+    if CASES[case]["kind"] == "attention":     # per slice: S, O; dV, dP, dQ, dK
+        *_, Y = attention_problem(case, dtype)
+        t = Y.shape[-2]
+        flat = Y.reshape(-1, *Y.shape[-2:])
+        Q, K_, V, G = (rand(*flat.shape) for _ in range(4))
+        P, dS = rand(len(flat), t, t), rand(len(flat), t, t)
+        out, grad = np.empty_like(flat), np.empty_like(flat)
+        return [g for i in range(len(flat))
+                for g in ((Q[i], K_[i].T, P[i]), (P[i], V[i], out[i]), (P[i].T, G[i], grad[i]),
+                          (G[i], V[i].T, dS[i]), (dS[i], K_[i], grad[i]),
+                          (dS[i].T, Q[i], grad[i]))]
     sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
     Ws = [rand(o, i) for i, o in itertools.pairwise(sizes)]
     acts = [rand(batch, s) for s in sizes]

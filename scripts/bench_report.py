@@ -197,6 +197,8 @@ TARGETS = [
     ("MLP 784-1024-1024-10, compiled", "mlp-large", "numbagrad compiled", "jax", 1.0),
     ("bmm (48,64,32) @ (48,32,64)", "bmm", "numbagrad", "torch", 1.1),
     ("cnn, compiled", "cnn", "numbagrad compiled", "torch", 0.5),
+    # --- attention
+    ("causal attention (12,4,64,32)", "attention", "numbagrad", "torch", 1.0),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
              "floor": "GEMM floor"}

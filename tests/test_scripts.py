@@ -203,6 +203,7 @@ def test_bench_writes_a_plot(tmp_path):
 PEER_CASES = [("small", "float64", "sgd"), ("small", "float64", "adam"),
               ("mlp-small", "float64", "sgd"), ("mlp-small", "float64", "adam"),
               ("mlp-large", "float64", "adam")]
+PEER_CASES += [("attention", "float64", "adam")]
 
 
 @pytest.mark.parametrize("case,dtype,opt_kind", PEER_CASES)

@@ -52,7 +52,7 @@ NAMES += ("im2col", "col2im", "max_pool2d", "max_pool2d_backward",   # convoluti
           "adaptive_avg_pool2d_backward")
 
 NAMES += ("group_norm", "group_norm_backward", "batch_norm",   # normalisation and attention
-          "batch_norm_backward")
+          "batch_norm_backward", "attention", "attention_backward")
 _loaded: dict[str, ModuleType] = {}
 
 

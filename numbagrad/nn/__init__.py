@@ -659,3 +659,7 @@ __all__ += ["Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d"]
 from .norm import LayerNorm, GroupNorm, BatchNorm1d, BatchNorm2d  # noqa
 
 __all__ += ["LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
+
+from .attention import MultiheadAttention  # noqa
+
+__all__ += ["MultiheadAttention"]

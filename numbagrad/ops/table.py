@@ -22,7 +22,7 @@ from . import elementwise as ew
 from . import indexing, join, losses, matmul, reductions, select, shape
 from . import dropout as random_ops   # randomness, dropout and embedding
 from . import activations, extrema, statistics  # noqa: I001 (activations and reductions)
-from . import norm   # normalisation and attention
+from . import attention, norm   # normalisation and attention
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,8 @@ OPS: tuple[Op, ...] = (
        args=(2,)),
     Op("batch_norm", norm.batch_norm, torch="F.batch_norm(a, None, None, training=True)",
        sample=((3, 2, 2),), args=(None, None, None, None, True)),
-
+    # (three inputs and a mask, which the table's torch cases do not take: tests/test_attention.py)
+    Op("scaled_dot_product_attention", attention.scaled_dot_product_attention),
 )
 
 BY_NAME = {op.name: op for op in OPS}

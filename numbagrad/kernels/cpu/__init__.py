@@ -118,6 +118,8 @@ from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d
 # normalisation and attention
 from .norm import (batch_norm, batch_norm_backward, group_norm,  # noqa: F401
                    group_norm_backward)
+from .attention import (attention, attention_backward, attention_backward_mt,  # noqa: F401
+                        attention_mt)
 
 KERNELS = _table(globals(), _NAMES)
 KERNEL_FNS = _split(KERNELS)

@@ -71,6 +71,7 @@ from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d
 # normalisation and attention
 from .norm import (batch_norm, batch_norm_backward, group_norm,  # noqa: F401
                    group_norm_backward)
+from .attention import attention, attention_backward  # noqa: F401
 
 KERNELS = _table(globals(), _NAMES)
 KERNEL_FNS = _split(KERNELS)
