@@ -83,10 +83,13 @@ def test_join_gradcheck(dev):
                  [a, b], directions=directions)
 
 
-def test_cuda_launches_one_per_input_and_per_gradient():
+def test_cuda_launches_one_per_eight_inputs_and_per_gradient():
     dev = cuda_dev()
     a, b = dev.param(np.ones((2, 3))), dev.param(np.ones((2, 2)))
-    for f, forward in [(lambda: ng.cat([a, b], 1), 2), (lambda: ng.stack([a, a]), 2),
+    c = dev.param(np.ones((3, 2)))
+    for f, forward in [(lambda: ng.cat([a, b], 1), 1), (lambda: ng.stack([a, a]), 1),
+                       (lambda: ng.cat([a] * 9, 0), 2),             # eight per concat kernel
+                       (lambda: ng.cat([a, c.T, b], 1), 3),         # a strided view: its own
                        (lambda: ng.pad(a, 1), 1)]:
         before = ng.cuda.launch_count()
         with ng.grad_tape():
@@ -156,3 +159,25 @@ def test_compiled_step_is_bit_identical_to_eager(tmp_path):
         assert got.item() == want.item()
         for p, q in zip(comp_params, eager_params):
             np.testing.assert_array_equal(p.grad, q.grad)
+
+
+def test_many_and_mixed_inputs_join_in_order(dev):
+    """Chunks of eight contiguous inputs and strided views between them land
+    where NumPy puts them, and every input gets its own gradient."""
+    rng = np.random.default_rng(4)
+    base = [rng.normal(size=(2, i % 3 + 1, 3)) for i in range(11)]
+    flip = [i % 4 == 2 for i in range(11)]          # these enter as reversed (strided) views
+    ts = [dev.param(x) for x in base]
+    w = rng.normal(size=(2, sum(x.shape[1] for x in base), 3))
+    with ng.grad_tape():
+        out = ng.concatenate([t[:, ::-1] if f else t for t, f in zip(ts, flip)], axis=1)
+        loss = ng.sum(out * dev.tensor(w))
+    loss.backward()
+    want = np.concatenate([x[:, ::-1] if f else x for x, f in zip(base, flip)], axis=1)
+    np.testing.assert_array_equal(out.numpy(), want)
+    at = 0
+    for x, t, f in zip(base, ts, flip):
+        n = x.shape[1]
+        g = w[:, at:at + n]
+        np.testing.assert_array_equal(dev.host(t.grad), g[:, ::-1] if f else g)
+        at += n

@@ -148,9 +148,10 @@ def test_cuda_nd_graph_one_launch_per_op_forward_and_per_gradient():
               ("x[:, 1:, idx]", lambda t: t[:, 1:, [2, 0]], x3, 1, 1),
               ("gather, a smaller index", lambda t: ng.gather(t, 1, np.zeros((1, 2, 3), int)),
                x3, 1, 1),
-              # concatenate/stack: one place_nd per input forward, one read per gradient
+              # concatenate/stack: one concat per eight inputs forward, one read per gradient
               ("concatenate of 3", lambda t: ng.concatenate([t, others[0], others[1]], 1), x3,
-               3, 1)]
+               1, 1),
+              ("stack of t three times", lambda t: ng.stack([t, t, t], 2), x3, 1, 3)]
     for name, f, x, forward, backward in bounds:
         assert cuda_launches(f, x) == (forward, backward), name
     # the permute of a strided result is its own op (one copy on CUDA), the unary one more

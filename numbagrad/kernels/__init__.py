@@ -39,7 +39,7 @@ NAMES = ("axpby", "binary", "binary_backward", "cross_entropy", "fill", "gemm", 
 # touches another's line).
 NAMES += ("binary_nd", "binary_nd_backward", "unary_nd", "unary_nd_backward", "softmax3",
           "softmax3_backward", "cross_entropy3", "index_select_nd", "index_add_nd",
-          "gather_nd", "scatter_add_nd")   # N-d strided and fallback kernels
+          "gather_nd", "scatter_add_nd", "concat")   # N-d strided and fallback kernels
 
 NAMES += ("extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
           "variance_backward", "cumsum", "loss_terms", "loss_terms_backward", "nll",

@@ -1,15 +1,16 @@
 """Joining ops: concatenate (``cat``), stack, split and pad, any rank.
 
-``concatenate`` and ``stack`` write each input into its slice of a new
-array with one ``place_nd`` launch per input (CUDA too); each input's
-gradient is one ``expand_nd`` read of its slice of the output gradient. One
-launch per input, not per op: a kernel takes arrays, not a list of them, so
-one launch for any number of inputs would need a gathered copy of their
-addresses (a host upload per call) for what is bandwidth-bound anyway.
-``split`` returns views (``x[..., a:b]``), ``pad`` a new array (one launch).
+``concatenate`` and ``stack`` write their inputs into a new array with one
+``concat`` kernel call (one CUDA launch) per eight C-contiguous inputs, the
+output and each input read as 3-D (before, along, after the axis); an
+input that is a strided view is written by a ``place_nd`` of its own. Each
+input's gradient is one ``expand_nd`` read of its slice of the output
+gradient. ``split`` returns views (``x[..., a:b]``), ``pad`` a new array
+(one launch).
 """
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
+from ..kernels.cpu.join import SLOTS
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import axis_of, copy_strided, is_scalar, ones, operand, pair, reshaped, result
@@ -39,7 +41,8 @@ def _tensors(tensors: Any, op: str) -> list[Tensor]:
 def concatenate(tensors: Any, axis: int = 0) -> Tensor:
     """``np.concatenate`` / ``torch.cat``: tensors of one rank (at least 1) and
     equal sizes except along ``axis``, joined along it. A new array (one
-    launch per non-empty input, one per gradient)."""
+    kernel per eight contiguous inputs, see the module docstring; one per
+    gradient)."""
     ts = _tensors(tensors, "concatenate")
     ndim = ts[0].ndim
     if ndim == 0:
@@ -73,24 +76,51 @@ def stack(tensors: Any, axis: int = 0) -> Tensor:
 
 
 def _join(ts: list, a: int, pieces: list, op: str) -> Tensor:
-    """``pieces`` (the inputs' data, of one rank) written one after another along ``a``."""
+    """``pieces`` (the inputs' data, of one rank) written one after another along ``a``:
+    C-contiguous ones in one ``concat`` call per eight, others one ``place_nd`` each."""
     kern = ts[0]._kern
     shape = list(pieces[0].shape)
     shape[a] = sum(p.shape[a] for p in pieces)
     out = buffers.take(kern, tuple(shape), ts[0].dtype)
+    outer, inner = math.prod(shape[:a]), math.prod(shape[a + 1:])
+    out3 = reshaped(out, (outer, shape[a], inner))
     start, step = np.zeros(len(shape), np.int64), np.ones(len(shape), np.int64)
-    offsets = []
+    offsets, chunk = [], []
     at = 0
     for piece in pieces:
         offsets.append(at)
-        if piece.size:
-            start[a] = at
-            kernels.call(kern, "place_nd", piece.size, piece, out, start.copy(), step, 0.0, 0.0,
-                         False)
-        at += piece.shape[a]
+        n = piece.shape[a]
+        if kern.is_c_contiguous(piece):
+            if not chunk:
+                chunk_at = at
+            chunk.append((reshaped(piece, (outer, n, inner)), n))
+            if len(chunk) == SLOTS:
+                _concat(kern, out3, chunk, chunk_at)
+                chunk = []
+        else:   # a strided view: the pieces before it first, then its own place_nd
+            if chunk:
+                _concat(kern, out3, chunk, chunk_at)
+                chunk = []
+            if piece.size:
+                start[a] = at
+                kernels.call(kern, "place_nd", piece.size, piece, out, start.copy(), step, 0.0,
+                             0.0, False)
+        at += n
+    if chunk:
+        _concat(kern, out3, chunk, chunk_at)
     sizes = tuple(p.shape[a] for p in pieces)
     return result(out, kern, tuple(ts), _join_backward, (a, tuple(offsets), sizes, op == "stack",
                                                          tuple(shape)))
+
+
+def _concat(kern: Any, out3: Any, chunk: list, at: int) -> None:
+    """One ``concat`` call writing ``chunk`` [(3-D piece, its length), ...] from ``at`` on."""
+    filler = chunk[0][0]
+    arrays = [p for p, _ in chunk] + [filler] * (SLOTS - len(chunk))
+    lengths = [n for _, n in chunk] + [0] * (SLOTS - len(chunk))
+    size = out3.shape[0] * sum(lengths) * out3.shape[2]
+    if size:
+        kernels.call(kern, "concat", size, out3, *arrays, *lengths, at)
 
 
 def _join_backward(ctx: _Backward, node: Node, gout: Any) -> None:

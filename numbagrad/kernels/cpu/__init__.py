@@ -97,6 +97,7 @@ is_c_contiguous = operator.attrgetter("flags.c_contiguous")
 
 # Each family's imports under its own heading:
 # N-d strided and fallback kernels
+from .join import concat  # noqa: F401
 from .strided import binary_nd, binary_nd_backward, unary_nd, unary_nd_backward  # noqa: F401
 from .reductions import softmax3, softmax3_backward  # noqa: F401
 from .losses import cross_entropy3  # noqa: F401
