@@ -299,6 +299,8 @@ def axes_of(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def check_reduction(op: str, reduction: str) -> None:
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"{op}: reduction must be 'mean' or 'sum', got {reduction!r}")
+def check_reduction(op: str, reduction: Any) -> bool:
+    """True for a reduced loss ("mean", "sum"), False for "none"; else an error."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return reduction != "none"

@@ -131,7 +131,7 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
     """
     op = "cross_entropy"
     if reduction != "mean":
-        _check_reduction(op, reduction)
+        check_reduction(op, reduction)
     if type(ignore_index) is not int:
         ignore_index = _ignore_index(op, ignore_index)
     if label_smoothing != 0.0 and not (is_scalar(label_smoothing) and 0.0 <= label_smoothing <= 1.0):
@@ -271,19 +271,12 @@ def _cross_entropy_composed(x: Tensor, target: Any, reduction: str, ignore: int,
 
 # ------------------------------------------- issue 17: more losses, reduction="none"
 # (cross_entropy and mse_loss above take "mean" and "sum" only, for now)
-def _check_reduction(op: str, reduction: Any) -> bool:
-    """True for a reduced loss ("mean", "sum"), False for "none"; else an error."""
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    return reduction != "none"
-
-
 def _flat(array: Any) -> Any:
     return reshaped(array, (array.size,))
 
 
 def _pointwise(code: int, pred: Any, target: Any, reduction: str, p: float, op: str) -> Tensor:
-    reduce = _check_reduction(op, reduction)
+    reduce = check_reduction(op, reduction)
     x, t = pair(pred, target, op, ("input", "target"))
     if x.shape != t.shape:
         raise ValueError(f"{op}: input shape {x.shape} and target shape {t.shape} differ "
@@ -358,7 +351,7 @@ def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
     divides by the count of targets not ignored (nan when all are), as
     PyTorch, "none" gives the (N,) losses."""
     op = "nll_loss"
-    reduce = _check_reduction(op, reduction)
+    reduce = check_reduction(op, reduction)
     x = operand(log_probs, op, "log_probs")
     if x.ndim != 2:
         raise ValueError(f"{op}: log_probs must be (N, C), got {describe(x)}")
