@@ -226,10 +226,13 @@ PTX_SCRIPT = textwrap.dedent("""
         compute_capability = (9, 0)
     dispatcher.get_current_device = lambda: Target
     done = []
+    # every kernel for both architectures at the default launch shapes, and at
+    # the simulator's and a wide one for sm_90 (the shapes change the tiles
+    # and shared-memory sizes, not what the architecture accepts)
     configs = [dict(), dict(tile=2, wpt=2, threads=8), dict(tile=8, wpt=2, threads=1024)]
     for config in configs:
         for name, fn, sig in kc.kernel_sources(**config):
-            for cc in [(9, 0), (8, 0)]:
+            for cc in [(9, 0), (8, 0)] if not config else [(9, 0)]:
                 Target.compute_capability = cc
                 ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
                 assert ".entry" in ptx and f"sm_{cc[0]}{cc[1]}" in ptx, name
@@ -248,9 +251,18 @@ def test_kernels_compile_to_ptx_for_hopper_and_ampere():
     # Every kernel an op or optimizer launches is in the registry, so compiled here.
     launched = {"gemm", "mse", "pointwise_loss", "cross_entropy", "fill", "axpby", "scaled_add",
                 "unary", "unary_backward", "binary", "binary_backward", "sum_to", "softmax",
-                "softmax_backward", "sgd_update", "adam_update"}
+                "softmax_backward", "sgd_update", "adam_update",
+                # the N-d and issue-17 families
+                "binary_nd6", "unary_nd6", "softmax3", "cross_entropy3", "concat", "extrema",
+                "logsumexp", "variance", "cumsum", "loss_terms", "nll", "clamp", "dropout",
+                "dropout_backward", "embedding_backward", "im2col", "col2im", "max_pool2d",
+                "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+                "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "group_norm",
+                "group_norm_backward", "batch_norm", "batch_norm_backward", "attention",
+                "attention_backward"}
     assert launched <= names, launched - names
-    assert len(done) == 3 * len(names) * 2 * 2    # configs x kernels x dtypes x archs
+    # (default shapes x 2 archs + two more shapes x sm_90) x kernels x dtypes
+    assert len(done) == (2 + 2) * len(names) * 2
 
 
 # ------------------------------------------------- the op kernels, odd shapes

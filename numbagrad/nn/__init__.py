@@ -653,13 +653,10 @@ def _epilogue(module: Module) -> tuple[str, float] | None:
     return None
 
 
-from .conv import Conv1d, Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d  # noqa
+# the layer families in modules of their own (they build on the classes above)
+from .attention import MultiheadAttention  # noqa: E402
+from .conv import AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, MaxPool2d  # noqa: E402
+from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm  # noqa: E402
 
-__all__ += ["Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d"]
-from .norm import LayerNorm, GroupNorm, BatchNorm1d, BatchNorm2d  # noqa
-
-__all__ += ["LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
-
-from .attention import MultiheadAttention  # noqa
-
-__all__ += ["MultiheadAttention"]
+__all__ += ["Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "LayerNorm",
+            "GroupNorm", "BatchNorm1d", "BatchNorm2d", "MultiheadAttention"]
