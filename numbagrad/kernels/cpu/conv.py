@@ -10,11 +10,26 @@ both devices add in the same order. Sums run in float64.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 from ._threads import _cast_like
 
 
+@njit(error_model="numpy", inline="always")
+def _offsets(OH, OW, H, W, top, left, sh, sw):
+    """Where each output position (oh, ow) reads in a plane, h * W + w with
+    h = oh*sh + top and w = ow*sw + left, or -1 in the padding."""
+    at = np.empty(OH * OW, np.int64)
+    for oh in range(OH):
+        h = oh * sh + top
+        for ow in range(OW):
+            w = ow * sw + left
+            at[oh * OW + ow] = h * W + w if (0 <= h < H and 0 <= w < W) else -1
+    return at
+
+
+# Indices below are cast to uint64 (all are >= 0): with signed ones every
+# access carries NumPy's negative-index wraparound, which costs 3-4x here.
 @njit(cache=True, error_model="numpy")
 def im2col(x, cols, sh, sw, ph, pw, dh, dw):
     """cols[c, i, j, n, oh, ow] = x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw],
@@ -22,56 +37,67 @@ def im2col(x, cols, sh, sw, ph, pw, dh, dw):
     C-contiguous; the kernel and output sizes come from cols' shape."""
     C, KH, KW, N, OH, OW = cols.shape
     H, W = x.shape[2], x.shape[3]
-    for c in range(C):
-        for i in range(KH):
-            for j in range(KW):
+    xf, cf = x.reshape(x.size), cols.reshape(cols.size)
+    P, HW = OH * OW, H * W
+    zero = cols.dtype.type(0)
+    for i in range(KH):
+        for j in range(KW):
+            at = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
+            for c in range(C):
+                o = ((c * KH + i) * KW + j) * N * P
                 for n in range(N):
-                    for oh in range(OH):
-                        h = oh * sh - ph + i * dh
-                        row = cols[c, i, j, n, oh]
-                        if h < 0 or h >= H:
-                            for ow in range(OW):
-                                row[ow] = 0.0
-                            continue
-                        for ow in range(OW):
-                            w = ow * sw - pw + j * dw
-                            row[ow] = x[n, c, h, w] if 0 <= w < W else 0.0
+                    base = (n * C + c) * HW
+                    for q in range(P):
+                        k = at[q]
+                        cf[uint64(o + q)] = xf[uint64(base + k)] if k >= 0 else zero
+                    o += P
 
 
 @njit(error_model="numpy", inline="always")
 def _store(acc, dest, b):
-    """dest = acc + b * dest (b == 0: dest is never read), acc float64 of dest's shape."""
-    N, C, H, W = dest.shape
-    for n in range(N):
-        for c in range(C):
-            for h in range(H):
-                for w in range(W):
-                    dest[n, c, h, w] = acc[n, c, h, w] if b == 0 else \
-                        acc[n, c, h, w] + b * dest[n, c, h, w]
+    """dest = acc + b * dest (b == 0: dest is never read), acc the float64
+    sums of dest's elements in C order."""
+    flat = dest.reshape(dest.size)
+    if b == 0:
+        for e in range(flat.size):
+            flat[uint64(e)] = acc[uint64(e)]
+    else:
+        for e in range(flat.size):
+            flat[uint64(e)] = acc[uint64(e)] + b * flat[uint64(e)]
 
 
 @njit(cache=True, error_model="numpy")
 def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta):
     """dest = (every column entry im2col read from an element, added up) +
-    beta * dest: the gradient of ``im2col``; beta == 0 never reads dest."""
+    beta * dest: the gradient of ``im2col``; beta == 0 never reads dest.
+    Each element's entries are added in increasing kernel offset (i, j)."""
     b = _cast_like(dest, beta)
     C, KH, KW, N, OH, OW = cols.shape
     H, W = dest.shape[2], dest.shape[3]
-    acc = np.zeros(dest.shape, np.float64)
-    for c in range(C):
-        for i in range(KH):
-            for j in range(KW):
+    cf = cols.reshape(cols.size)
+    P, HW = OH * OW, H * W
+    acc = np.zeros(dest.size, np.float64)
+    for i in range(KH):
+        for j in range(KW):
+            at = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
+            for c in range(C):
+                o = ((c * KH + i) * KW + j) * N * P
                 for n in range(N):
-                    for oh in range(OH):
-                        h = oh * sh - ph + i * dh
-                        if h < 0 or h >= H:
-                            continue
-                        row, plane = cols[c, i, j, n, oh], acc[n, c, h]
-                        for ow in range(OW):
-                            w = ow * sw - pw + j * dw
-                            if 0 <= w < W:
-                                plane[w] += row[ow]
+                    base = (n * C + c) * HW
+                    for q in range(P):
+                        k = at[q]
+                        if k >= 0:
+                            acc[uint64(base + k)] += cf[uint64(o + q)]
+                    o += P
     _store(acc, dest, b)
+
+
+@njit(error_model="numpy", inline="always")
+def _pick(v, k, best, at):
+    """(best, at) after window element v at k: a larger v or a nan takes over."""
+    if v > best or v != v:
+        return v, k
+    return best, at
 
 
 @njit(cache=True, error_model="numpy")
@@ -79,49 +105,86 @@ def max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
     """out = the max of each window (padding never wins), idx = its position
     h * W + w in the plane: the first max in row-major window order, as
     PyTorch's CPU kernel (a nan counts as the max). x (N, C, H, W), out and
-    idx (N, C, OH, OW)."""
+    idx (N, C, OH, OW). The common 2x2 window without padding is unrolled
+    (same order, same result): short inner loops cost 2x here."""
     N, C, OH, OW = out.shape
     H, W = x.shape[2], x.shape[3]
-    for n in range(N):
-        for c in range(C):
+    xf, of, jf = x.reshape(x.size), out.reshape(out.size), idx.reshape(idx.size)
+    P, HW, T = OH * OW, H * W, kh * kw
+    neg = xf.dtype.type(-np.inf)
+    if kh == 2 and kw == 2 and ph == 0 and pw == 0:
+        o = 0
+        for p in range(N * C):
+            base = p * HW
             for oh in range(OH):
                 for ow in range(OW):
-                    h0, w0 = oh * sh - ph, ow * sw - pw
-                    while h0 < 0:
-                        h0 += dh
-                    while w0 < 0:
-                        w0 += dw
-                    best = -np.inf
-                    at = h0 * W + w0
-                    for i in range(kh):
-                        h = oh * sh - ph + i * dh
-                        if h < 0 or h >= H:
-                            continue
-                        for j in range(kw):
-                            w = ow * sw - pw + j * dw
-                            if w < 0 or w >= W:
-                                continue
-                            v = x[n, c, h, w]
-                            if v > best or v != v:
-                                best = v
-                                at = h * W + w
-                    out[n, c, oh, ow] = best
-                    idx[n, c, oh, ow] = at
+                    k = oh * sh * W + ow * sw
+                    best, at = _pick(xf[uint64(base + k)], k, neg, k)
+                    best, at = _pick(xf[uint64(base + k + dw)], k + dw, best, at)
+                    k += dh * W
+                    best, at = _pick(xf[uint64(base + k)], k, best, at)
+                    best, at = _pick(xf[uint64(base + k + dw)], k + dw, best, at)
+                    of[uint64(o)] = best
+                    jf[uint64(o)] = at
+                    o += 1
+        return
+    # window[q * T + t]: the t-th position (row-major) of window q, -1 in the padding
+    window = np.empty((T, P), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            window[i * kw + j] = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
+    window = window.T.copy().reshape(P * T)
+    first = np.empty(P, np.int64)   # idx of a window whose max is never set: its first
+    for q in range(P):              # in-bounds row and column, as PyTorch
+        oh, ow = q // OW, q % OW
+        h0, w0 = oh * sh - ph, ow * sw - pw
+        h0 += ((dh - 1 - h0) // dh) * dh if h0 < 0 else 0
+        w0 += ((dw - 1 - w0) // dw) * dw if w0 < 0 else 0
+        first[q] = h0 * W + w0
+    o = 0
+    for p in range(N * C):
+        base = p * HW
+        for q in range(P):
+            best, at = neg, first[uint64(q)]
+            for t in range(q * T, q * T + T):
+                k = window[uint64(t)]
+                if k >= 0:
+                    best, at = _pick(xf[uint64(base + k)], k, best, at)
+            of[uint64(o)] = best
+            jf[uint64(o)] = at
+            o += 1
 
 
 @njit(cache=True, error_model="numpy")
 def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
-    """dest = (g of every window whose max is the element, added up) + beta * dest."""
+    """dest = (g of every window whose max is the element, added up) + beta * dest.
+    Windows that cannot overlap (each element in at most one) write dest in
+    place, with the same float64 arithmetic as the scratch sums."""
     b = _cast_like(dest, beta)
     N, C, OH, OW = g.shape
-    W = dest.shape[3]
-    acc = np.zeros(dest.shape, np.float64)
-    for n in range(N):
-        for c in range(C):
-            for oh in range(OH):
-                for ow in range(OW):
-                    at = idx[n, c, oh, ow]
-                    acc[n, c, at // W, at % W] += g[n, c, oh, ow]
+    HW = dest.shape[2] * dest.shape[3]
+    gf, jf, df = g.reshape(g.size), idx.reshape(idx.size), dest.reshape(dest.size)
+    P = OH * OW
+    if (kh - 1) * dh < sh and (kw - 1) * dw < sw:
+        if b == 0:
+            for e in range(df.size):
+                df[uint64(e)] = 0.0
+        else:
+            for e in range(df.size):
+                df[uint64(e)] = 0.0 + b * df[uint64(e)]
+        o = 0
+        for p in range(N * C):
+            for q in range(P):
+                e = uint64(p * HW + jf[uint64(o)])
+                df[e] = (0.0 + gf[uint64(o)]) + df[e]
+                o += 1
+        return
+    acc = np.zeros(dest.size, np.float64)
+    o = 0
+    for p in range(N * C):
+        for q in range(P):
+            acc[uint64(p * HW + jf[uint64(o)])] += gf[uint64(o)]
+            o += 1
     _store(acc, dest, b)
 
 
@@ -174,7 +237,7 @@ def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta):
                     for h in range(h0, h1):
                         for w in range(w0, w1):
                             acc[n, c, h, w] += g[n, c, oh, ow] / div
-    _store(acc, dest, b)
+    _store(acc.reshape(acc.size), dest, b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -213,4 +276,4 @@ def adaptive_avg_pool2d_backward(g, dest, beta):
                     for h in range(h0, h1):
                         for w in range(w0, w1):
                             acc[n, c, h, w] += g[n, c, oh, ow] / ((h1 - h0) * (w1 - w0))
-    _store(acc, dest, b)
+    _store(acc.reshape(acc.size), dest, b)

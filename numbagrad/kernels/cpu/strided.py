@@ -30,14 +30,28 @@ def expand_nd(x, out, alpha, beta):
     if out.size == 0:
         return
     xb = np.broadcast_to(x, out.shape)
-    for idx in np.ndindex(out.shape[:-1]):
-        o, v = out[idx], xb[idx]
-        if b == 0:
-            for j in range(o.size):
-                o[j] = a * v[j]
-        else:
-            for j in range(o.size):
-                o[j] = a * v[j] + b * o[j]
+    if out.ndim == 1:
+        for j in range(out.size):
+            out[j] = a * xb[j] if b == 0 else a * xb[j] + b * out[j]
+        return
+    # one 2-D block per index of the leading dims: a view per row costs more
+    # than the copy when rows are short
+    for idx in np.ndindex(out.shape[:-2]):
+        _expand_block(xb[idx], out[idx], a, b)
+
+
+@njit(error_model="numpy", inline="always")
+def _expand_block(v, o, a, b):
+    """o = a * v + b * o over one 2-D block (b == 0: o is never read)."""
+    rows, cols = o.shape
+    if b == 0:
+        for r in range(rows):
+            for j in range(cols):
+                o[r, j] = a * v[r, j]
+    else:
+        for r in range(rows):
+            for j in range(cols):
+                o[r, j] = a * v[r, j] + b * o[r, j]
 
 
 @njit(cache=True, error_model="numpy")
