@@ -25,7 +25,7 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-from bench_cases import CASES, K, cnn_features
+from bench_cases import BLAS_THREADS_MIN, CASES, K, cnn_features
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)           # this checkout's numbagrad
@@ -707,12 +707,36 @@ def scipy_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], No
 
     def call():
         gemm(1.0, bb, aa, beta=0.0, c=c, trans_a=tb, trans_b=ta, overwrite_c=1)
-    return call
+    local = _blas_threads_local()
+    if local is None or a.shape[0] * out.shape[1] * (a.size // a.shape[0]) >= BLAS_THREADS_MIN:
+        return call
+
+    def one_thread_call():   # numbagrad's rule for a small GEMM (kernels/cpu/matmul.py)
+        previous = local(1)
+        call()
+        local(previous)
+    return one_thread_call
+
+
+def _blas_threads_local():
+    """OpenBLAS's ``openblas_set_num_threads_local`` in SciPy's BLAS (ctypes),
+    or None where that BLAS has none."""
+    import ctypes
+
+    import scipy.linalg.cython_blas as cython_blas
+    try:
+        fn = ctypes.CDLL(cython_blas.__file__).openblas_set_num_threads_local
+    except (AttributeError, OSError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+    return fn
 
 
 def floor_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     """Only the unavoidable GEMMs, into preallocated outputs: SciPy's BLAS,
-    which numbagrad's kernels call (cuBLAS through PyTorch for ``--device cuda``)."""
+    which numbagrad's kernels call, with their thread rule (a GEMM of fewer
+    than ``BLAS_THREADS_MIN`` multiply-adds on one thread); cuBLAS through
+    PyTorch for ``--device cuda``."""
     gemms = floor_gemms(case, dtype)
     if device == "cuda":
         torch = _torch()

@@ -28,8 +28,9 @@ DESCRIPTION = {
                        "compiled before timing"),
     "jax": "jax.jit(value_and_grad + optax.MultiSteps update), donated buffers",
     "floor": "only the GEMMs a micro-step cannot avoid (forward, weight and hidden "
-             "gradients), SciPy's BLAS (numbagrad's), timed alone: a lower bound, "
-             "not a competitor",
+             "gradients), SciPy's BLAS (numbagrad's) with numbagrad's thread rule (a "
+             "GEMM under 2^24 multiply-adds on one BLAS thread), timed alone: a lower "
+             "bound, not a competitor",
 }
 
 

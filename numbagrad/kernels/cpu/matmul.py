@@ -5,9 +5,11 @@ symbol so that the compiled kernels still cache.
 """
 from __future__ import annotations
 
+import ctypes
+
 import llvmlite.binding as ll
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 from numba.core.extending import get_cython_function_address
 
 from .. import scalar
@@ -18,6 +20,41 @@ for _routine in ("sgemm", "dgemm"):
 _GEMM_SIG = types.void(*([types.voidptr] * 13))
 _sgemm = types.ExternalFunction("numbagrad_sgemm", _GEMM_SIG)
 _dgemm = types.ExternalFunction("numbagrad_dgemm", _GEMM_SIG)
+
+
+def _no_thread_control(n):
+    return 0
+
+
+def _blas_thread_control() -> tuple[int, bool]:
+    """The address of OpenBLAS's ``openblas_set_num_threads_local`` (0.3.27+)
+    in the library SciPy's BLAS calls, or of a no-op when that BLAS has none
+    (MKL, Accelerate, an older OpenBLAS); and whether it is the real one. It
+    is checked at import: set to 1, the previous count put back."""
+    try:
+        import scipy.linalg.cython_blas as cython_blas
+        fn = ctypes.CDLL(cython_blas.__file__).openblas_set_num_threads_local
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+        previous = fn(1)
+        if previous < 1 or fn(previous) != 1:
+            raise OSError("unexpected openblas_set_num_threads_local")
+        return ctypes.cast(fn, ctypes.c_void_p).value, True
+    except (AttributeError, OSError, ImportError):
+        return cfunc(types.int32(types.int32))(_no_thread_control).address, False
+
+
+_thread_control, BLAS_THREAD_CONTROL = _blas_thread_control()
+ll.add_symbol("numbagrad_blas_threads", _thread_control)
+_set_blas_threads = types.ExternalFunction("numbagrad_blas_threads",
+                                           types.int32(types.int32))
+# Below this many multiply-adds a GEMM runs on one BLAS thread: OpenBLAS
+# threads from ~0.26M, and on two cores a 32x1024x144 product (a CNN's
+# weight gradient) took 1.1-1.9 ms on two threads against 0.3-0.5 ms on one.
+# OpenBLAS's pthreads build keeps the count in a process global; the kernels
+# hold the GIL, so no other numbagrad call interleaves, and the count is put
+# back before the kernel returns (another library's GEMM running at that
+# moment in another thread would at worst run on one thread).
+_BLAS_THREADS_MIN = 1 << 24
 
 # Below this many multiply-adds a plain loop beats the BLAS call overhead.
 _BLAS_MIN_WORK = 4096
@@ -50,10 +87,15 @@ def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
             ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes,
             a.ctypes, ints[4:].ctypes, scalars[1:].ctypes, out.ctypes,
             ints[5:].ctypes)
+    single = np.int64(m) * n * k < _BLAS_THREADS_MIN
+    if single:
+        previous = _set_blas_threads(1)
     if out.itemsize == 8:
         _dgemm(*args)
     else:
         _sgemm(*args)
+    if single:
+        _set_blas_threads(previous)
 
 
 @njit(cache=True, error_model="numpy")
