@@ -672,7 +672,7 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def cnn_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """A CNN case's GEMMs on im2col columns (C_in*9, N*H*W), as numbagrad's
+    """A CNN case's GEMMs on im2col rows (N*H*W, C_in*9), as numbagrad's
     convolution runs them: per convolution the forward and the weight gradient
     (and the gradient into the second one's columns; the images need none),
     then the linear layer's forward, weight and input gradients."""
@@ -681,10 +681,10 @@ def cnn_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.nd
     out = []
     for i, (cin, cout) in enumerate(((c0, c1), (c1, c2))):
         length = batch * (side // 2 ** i) ** 2
-        W, cols, g = rand(cout, 9 * cin), rand(9 * cin, length), rand(cout, length)
-        out += [(W, cols, np.empty_like(g)), (g, cols.T, np.empty_like(W))]
+        W, cols, g = rand(cout, 9 * cin), rand(length, 9 * cin), rand(length, cout)
+        out += [(cols, W.T, np.empty_like(g)), (g.T, cols, np.empty_like(W))]
         if i:
-            out.append((W.T, g, np.empty_like(cols)))
+            out.append((g, W, np.empty_like(cols)))
     features, classes = cnn_features(case), c["classes"]
     W, x, g = rand(classes, features), rand(batch, features), rand(batch, classes)
     return out + [(x, W.T, np.empty_like(g)), (g.T, x, np.empty_like(W)),

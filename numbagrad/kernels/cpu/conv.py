@@ -1,8 +1,8 @@
 """CPU convolution and pooling kernels over NCHW arrays.
 
-A convolution is ``im2col`` (every input patch as a column) followed by the
-GEMM kernels; its input gradient is a GEMM into columns and ``col2im``,
-which adds each input element's columns back up. The gradients scatter-add
+A convolution is ``im2col`` (every input patch as a row of "columns")
+followed by the GEMM kernels; its input gradient is a GEMM into columns and
+``col2im``, which adds each input element's entries back up. The gradients scatter-add
 into a float64 scratch in increasing (kernel offset or window) order, then
 write dest once; the CUDA kernels gather per element in that same order, so
 both devices add in the same order. Sums run in float64.
@@ -28,29 +28,42 @@ def _offsets(OH, OW, H, W, top, left, sh, sw):
     return at
 
 
+@njit(error_model="numpy", inline="always")
+def _patch_offsets(OH, OW, H, W, KH, KW, sh, sw, ph, pw, dh, dw):
+    """at[q * KH*KW + i*KW + j]: where output position q's patch element (i, j)
+    reads in a plane (``_offsets``), -1 in the padding."""
+    T = KH * KW
+    at = np.empty((OH * OW, T), np.int64)
+    for i in range(KH):
+        for j in range(KW):
+            at[:, i * KW + j] = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
+    return at.reshape(OH * OW * T)
+
+
 # Indices below are cast to uint64 (all are >= 0): with signed ones every
 # access carries NumPy's negative-index wraparound, which costs 3-4x here.
 @njit(cache=True, error_model="numpy")
 def im2col(x, cols, sh, sw, ph, pw, dh, dw):
-    """cols[c, i, j, n, oh, ow] = x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw],
-    0 outside x (zero padding). x (N, C, H, W) and cols (C, KH, KW, N, OH, OW)
-    C-contiguous; the kernel and output sizes come from cols' shape."""
-    C, KH, KW, N, OH, OW = cols.shape
-    H, W = x.shape[2], x.shape[3]
+    """cols[g, n, oh, ow, c, i, j] = x[n, g*C/G + c, oh*sh - ph + i*dh,
+    ow*sw - pw + j*dw], 0 outside x (zero padding): every patch a row. x
+    (N, C, H, W) and cols (G, N, OH, OW, C/G, KH, KW) C-contiguous; the
+    groups, kernel and output sizes come from cols' shape."""
+    G, N, OH, OW, CG, KH, KW = cols.shape
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
     xf, cf = x.reshape(x.size), cols.reshape(cols.size)
-    P, HW = OH * OW, H * W
+    P, HW, T = OH * OW, H * W, KH * KW
+    at = _patch_offsets(OH, OW, H, W, KH, KW, sh, sw, ph, pw, dh, dw)
     zero = cols.dtype.type(0)
-    for i in range(KH):
-        for j in range(KW):
-            at = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
-            for c in range(C):
-                o = ((c * KH + i) * KW + j) * N * P
-                for n in range(N):
-                    base = (n * C + c) * HW
-                    for q in range(P):
-                        k = at[q]
-                        cf[uint64(o + q)] = xf[uint64(base + k)] if k >= 0 else zero
-                    o += P
+    o = 0
+    for g in range(G):
+        for n in range(N):
+            for q in range(P):
+                for c in range(CG):
+                    base = (n * C + g * CG + c) * HW
+                    for t in range(q * T, q * T + T):
+                        k = at[uint64(t)]
+                        cf[uint64(o)] = xf[uint64(base + k)] if k >= 0 else zero
+                        o += 1
 
 
 @njit(error_model="numpy", inline="always")
@@ -72,23 +85,25 @@ def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta):
     beta * dest: the gradient of ``im2col``; beta == 0 never reads dest.
     Each element's entries are added in increasing kernel offset (i, j)."""
     b = _cast_like(dest, beta)
-    C, KH, KW, N, OH, OW = cols.shape
-    H, W = dest.shape[2], dest.shape[3]
+    G, N, OH, OW, CG, KH, KW = cols.shape
+    C, H, W = dest.shape[1], dest.shape[2], dest.shape[3]
     cf = cols.reshape(cols.size)
-    P, HW = OH * OW, H * W
+    P, HW, T = OH * OW, H * W, KH * KW
     acc = np.zeros(dest.size, np.float64)
     for i in range(KH):
         for j in range(KW):
             at = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
-            for c in range(C):
-                o = ((c * KH + i) * KW + j) * N * P
+            o = i * KW + j
+            for g in range(G):
                 for n in range(N):
-                    base = (n * C + c) * HW
                     for q in range(P):
                         k = at[q]
-                        if k >= 0:
-                            acc[uint64(base + k)] += cf[uint64(o + q)]
-                    o += P
+                        if k < 0:
+                            o += CG * T
+                            continue
+                        for c in range(CG):
+                            acc[uint64((n * C + g * CG + c) * HW + k)] += cf[uint64(o)]
+                            o += T
     _store(acc, dest, b)
 
 

@@ -21,46 +21,49 @@ def _a(dt, ndim: int):
     return array_type(dt, ndim)
 
 
-@kernel("im2col", lambda dt: (_a(dt, 4), _a(dt, 6), _I, _I, _I, _I, _I, _I))
+@kernel("im2col", lambda dt: (_a(dt, 4), _a(dt, 7), _I, _I, _I, _I, _I, _I))
 def _im2col_source(config: Config, dtype):
     def im2col_kernel(x, cols, sh, sw, ph, pw, dh, dw):
-        C, KH, KW, N, OH, OW = cols.shape
+        G, N, OH, OW, CG, KH, KW = cols.shape
         H, W = x.shape[2], x.shape[3]
         k = cuda.grid(1)
         while k < cols.size:
             r = k
+            j = r % KW
+            r //= KW
+            i = r % KH
+            r //= KH
+            c = r % CG
+            r //= CG
             ow = r % OW
             r //= OW
             oh = r % OH
             r //= OH
             n = r % N
-            r //= N
-            j = r % KW
-            r //= KW
-            i = r % KH
-            c = r // KH
+            g = r // N
             h = oh * sh - ph + i * dh
             w = ow * sw - pw + j * dw
             v = 0.0
             if 0 <= h < H and 0 <= w < W:
-                v = x[n, c, h, w]
-            cols[c, i, j, n, oh, ow] = v
+                v = x[n, g * CG + c, h, w]
+            cols[g, n, oh, ow, c, i, j] = v
             k += cuda.gridsize(1)
 
     return im2col_kernel
 
 
-@kernel("col2im", lambda dt: (_a(dt, 6), _a(dt, 4), _I, _I, _I, _I, _I, _I, dt))
+@kernel("col2im", lambda dt: (_a(dt, 7), _a(dt, 4), _I, _I, _I, _I, _I, _I, dt))
 def _col2im_source(config: Config, dtype):
     def col2im_kernel(cols, dest, sh, sw, ph, pw, dh, dw, beta):
-        C, KH, KW, N, OH, OW = cols.shape
-        H, W = dest.shape[2], dest.shape[3]
+        G, N, OH, OW, CG, KH, KW = cols.shape
+        C, H, W = dest.shape[1], dest.shape[2], dest.shape[3]
         k = cuda.grid(1)
         while k < dest.size:
             w = k % W
             h = (k // W) % H
             c = (k // (W * H)) % C
             n = k // (W * H * C)
+            g, cg = c // CG, c % CG
             acc = 0.0
             for i in range(KH):
                 t = h + ph - i * dh
@@ -68,7 +71,7 @@ def _col2im_source(config: Config, dtype):
                     for j in range(KW):
                         u = w + pw - j * dw
                         if u >= 0 and u % sw == 0 and u // sw < OW:
-                            acc += cols[c, i, j, n, t // sh, u // sw]
+                            acc += cols[g, n, t // sh, u // sw, cg, i, j]
             if beta == 0.0:
                 dest[n, c, h, w] = acc
             else:
