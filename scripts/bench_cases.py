@@ -37,6 +37,11 @@ QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
 CASES["attention"] = {"kind": "attention", "shape": (12, 4, 64, 32)}
 QUICK_CASES += ["attention"]
 
+# --- dqn: a DQN update, Q-network 4-64-64-2 (CartPole's), Q(s, a) by gather, the
+# target network's max, smooth L1 (scripts/train_rl.py's update step)
+CASES["dqn"] = {"kind": "dqn", "layers": (4, 64, 64, 2), "batch": 64}
+QUICK_CASES += ["dqn"]
+
 
 def describe(case: str) -> str:
     """The case line of the table: the problem in words."""
@@ -52,6 +57,9 @@ def describe(case: str) -> str:
         return (f"CNN {c0}x{side}x{side}: conv3x3 {c1}, ReLU, maxpool 2, conv3x3 {c2}, ReLU, "
                 f"maxpool 2, flatten, linear {cnn_features(case)}-{c['classes']}; "
                 f"batch {c['batch']}, cross-entropy")
+    if c["kind"] == "dqn":
+        return (f"DQN update, Q-network {'-'.join(map(str, c['layers']))} (ReLU), batch "
+                f"{c['batch']}: gather Q(s, a), max of the target network, smooth L1")
     if c["kind"] == "attention":
         b, h, t, d = c["shape"]
         return f"causal attention B={b} H={h} T={t} d={d}, q k v learned, MSE"
@@ -77,6 +85,8 @@ def short_size(case: str) -> str:
         return f"bmm {b}x{n}x{k}x{m}"
     if c["kind"] == "cnn":
         return f"cnn {c['image']}x{c['image']} b{c['batch']}"
+    if c["kind"] == "dqn":
+        return f"dqn {'-'.join(map(str, c['layers']))} b{c['batch']}"
     if c["kind"] == "attention":
         b, h, t, d = c["shape"]
         return f"attn {b}x{h}x{t}x{d}"
@@ -84,11 +94,13 @@ def short_size(case: str) -> str:
 
 
 def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[str, str]]:
-    """The (dtype, optimizer) rows a case runs: an MLP, bmm, CNN or attention case runs
+    """The (dtype, optimizer) rows a case runs: an MLP, bmm, CNN, attention or DQN case runs
     ``MLP_ROW`` only."""
     if CASES[case]["kind"] in ("mlp", "bmm", "attention"):
         return [MLP_ROW]
     if CASES[case]["kind"] == "cnn":
+        return [MLP_ROW]
+    if CASES[case]["kind"] == "dqn":
         return [MLP_ROW]
     if quick and case in QUICK_FLOAT32_ONLY:
         dtypes = [d for d in dtypes if d == "float32"] or dtypes

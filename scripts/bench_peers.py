@@ -108,6 +108,128 @@ def attention_problem(case: str, dtype) -> tuple[np.ndarray, ...]:
     return tuple(rng.normal(size=shape).astype(dtype) for _ in range(4))
 
 
+# --- dqn: the problem, the Q-network and the TD loss (scripts/train_rl.py uses them too)
+def dqn_problem(case: str, dtype) -> tuple[list[np.ndarray], list[np.ndarray], tuple]:
+    """A DQN case's Q-network [W1, b1, W2, b2, W3, b3] (W (out, in), as torch),
+    the target network's (other weights, never trained) and a replay batch
+    (s, a, r, s2, discount): states (batch, 4), actions (batch, 1) int64,
+    rewards and discounts (gamma where the episode went on, 0 where it ended)
+    (batch, 1)."""
+    sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
+    rng = np.random.default_rng(0)
+    nets = []
+    for _ in range(2):
+        params = []
+        for d_in, d_out in itertools.pairwise(sizes):
+            params.append((rng.normal(size=(d_out, d_in)) * np.sqrt(2.0 / d_in)).astype(dtype))
+            bound = 1.0 / np.sqrt(d_in)
+            params.append(rng.uniform(-bound, bound, size=d_out).astype(dtype))
+        nets.append(params)
+    s, s2 = (rng.normal(size=(batch, sizes[0])).astype(dtype) for _ in range(2))
+    a = rng.integers(0, sizes[-1], size=(batch, 1)).astype(np.int64)
+    r = rng.uniform(0, 1, size=(batch, 1)).astype(dtype)
+    discount = (0.99 * (rng.random(size=(batch, 1)) > 0.1)).astype(dtype)
+    return nets[0], nets[1], (s, a, r, s2, discount)
+
+
+# the state-dict names of ``dqn_model``'s parameters, in ``dqn_problem``'s order
+DQN_NAMES = tuple(f"{i}.{p}" for i in (0, 2, 4) for p in ("weight", "bias"))
+
+
+def dqn_model(nn, case: str, **kw):
+    """A DQN case's Q-network in ``nn`` (``ng.nn`` or ``torch.nn``; ``kw`` goes
+    to the Linear layers): Linear, ReLU, Linear, ReLU, Linear."""
+    layers: list = []
+    for d_in, d_out in itertools.pairwise(CASES[case]["layers"]):
+        if layers:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(d_in, d_out, **kw))
+    return nn.Sequential(*layers)
+
+
+def ng_td_loss(ng, qnet, target) -> Callable:
+    """DQN's loss(s, a, r, s2, discount) in numbagrad: smooth L1 between Q(s, a)
+    (``gather``) and r + discount * max_a' Q_target(s2, a') (``max``). The
+    target network's params must have ``requires_grad=False``: no gradient
+    reaches them, and ``ng.compile`` reads their current values on every call."""
+    gather, amax, smooth_l1_loss = ng.gather, ng.max, ng.smooth_l1_loss
+
+    def loss_fn(s, a, r, s2, discount):
+        best = amax(target(s2), axis=1, keepdims=True)
+        return smooth_l1_loss(gather(qnet(s), 1, a), best * discount + r)
+    return loss_fn
+
+
+def torch_td_loss(torch, qnet, target) -> Callable:
+    """``ng_td_loss`` in PyTorch (the target computed without a graph)."""
+    smooth_l1_loss = torch.nn.functional.smooth_l1_loss
+
+    def loss_fn(s, a, r, s2, discount):
+        with torch.no_grad():
+            best = torch.amax(target(s2), dim=1, keepdim=True)
+        return smooth_l1_loss(torch.gather(qnet(s), 1, a), best * discount + r)
+    return loss_fn
+
+
+def _ng_dqn(case, dtype, device):
+    """(loss_fn, batch, qnet) of a DQN case in ``ng.nn`` with ``dqn_problem``'s weights."""
+    import numbagrad as ng
+    qparams, tparams, batch = dqn_problem(case, dtype)
+    qnet, target = (dqn_model(ng.nn, case, dtype=dtype, device=device,
+                              rng=np.random.default_rng(1)) for _ in range(2))
+    qnet.load_state_dict(dict(zip(DQN_NAMES, qparams)))
+    target.load_state_dict(dict(zip(DQN_NAMES, tparams)))
+    for p in target.parameters():
+        p.requires_grad = False
+    data = tuple(b if b.dtype == np.int64 else ng.tensor(b, device=device) for b in batch)
+    return ng_td_loss(ng, qnet, target), data, qnet
+
+
+def _torch_dqn(torch, case, dtype, dev):
+    """(loss_fn, batch, qnet) of a DQN case in ``torch.nn`` with ``dqn_problem``'s weights."""
+    qparams, tparams, batch = dqn_problem(case, dtype)
+    kw = {"dtype": getattr(torch, str(np.dtype(dtype))), "device": dev}
+    qnet, target = dqn_model(torch.nn, case, **kw), dqn_model(torch.nn, case, **kw)
+    qnet.load_state_dict({n: torch.from_numpy(p) for n, p in zip(DQN_NAMES, qparams)})
+    target.load_state_dict({n: torch.from_numpy(p) for n, p in zip(DQN_NAMES, tparams)})
+    target.requires_grad_(False)
+    data = tuple(torch.tensor(b, device=dev) for b in batch)
+    return torch_td_loss(torch, qnet, target), data, qnet
+
+
+def _jax_dqn_loss(jax, jnp, optax):
+    """A DQN case's loss(p, batch, target_params) in JAX (``ng_td_loss``'s math)."""
+    def mlp(p, h):
+        for i in range(0, len(p), 2):
+            h = h @ p[i].T + p[i + 1]
+            if i + 2 < len(p):
+                h = jax.nn.relu(h)
+        return h
+
+    def loss_fn(p, batch, tp):
+        s, a, r, s2, discount = batch
+        y = jax.lax.stop_gradient(jnp.max(mlp(tp, s2), axis=1, keepdims=True) * discount + r)
+        q = jnp.take_along_axis(mlp(p, s), a, axis=1)
+        return optax.huber_loss(q, y, delta=1.0).mean()      # smooth L1 with beta 1
+    return loss_fn
+
+
+def dqn_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A DQN case's GEMMs: the Q-network's and the target network's forward
+    products, the Q-network's weight gradients and its two hidden gradients."""
+    sizes, batch = CASES[case]["layers"], CASES[case]["batch"]
+    out = []
+    for _ in range(2):      # Q(s) and Q_target(s2)
+        out += [(rand(batch, i), rand(o, i).T, np.empty((batch, o), rand(1).dtype))
+                for i, o in itertools.pairwise(sizes)]
+    for k, (i, o) in reversed(list(enumerate(itertools.pairwise(sizes)))):
+        delta = rand(batch, o)
+        out.append((delta.T, rand(batch, i), np.empty((o, i), delta.dtype)))
+        if k > 0:
+            out.append((delta, rand(o, i), np.empty((batch, i), delta.dtype)))
+    return out
+
+
 def initial_weights(case: str, dtype) -> list[np.ndarray]:
     """Every peer's starting weights, in the order ``.weights()`` returns them."""
     if CASES[case]["kind"] == "linear":
@@ -118,6 +240,8 @@ def initial_weights(case: str, dtype) -> list[np.ndarray]:
         return cnn_problem(case, dtype)[0]
     if CASES[case]["kind"] == "attention":
         return list(attention_problem(case, dtype)[:3])
+    if CASES[case]["kind"] == "dqn":
+        return dqn_problem(case, dtype)[0]
     return mlp_problem(case, dtype)[0]
 
 
@@ -171,6 +295,13 @@ def _ng_setup(case, dtype, opt_kind, device):
             return mse_loss(sdpa(Q, K_, V, is_causal=True), y)
         return (loss_fn, (ng.tensor(y0, device=device),), optimizer([Q, K_, V]),
                 lambda: [Q.numpy(), K_.numpy(), V.numpy()])
+    if CASES[case]["kind"] == "dqn":
+        loss_fn, data, qnet = _ng_dqn(case, dtype, device)
+
+        def weights():
+            state = qnet.state_dict()
+            return [state[n] for n in DQN_NAMES]
+        return loss_fn, data, optimizer(qnet.parameters()), weights
 
     params, x0, labels = mlp_problem(case, dtype)
     nn, layers, names = ng.nn, [], []
@@ -297,6 +428,8 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
         return None          # no hand-written NumPy convolution: the table says n/a
     if CASES[case]["kind"] == "attention":
         return numpy_attention_step(case, dtype, opt_kind)
+    if CASES[case]["kind"] == "dqn":
+        return None          # no hand-written NumPy DQN: the table says n/a
     W, X, Y = problem(case, dtype)
     P, G, T = np.empty_like(Y), np.zeros_like(W), np.empty_like(W)
     opt = _NumpyOptimizer(W.reshape(-1), G.reshape(-1), opt_kind)
@@ -488,6 +621,9 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
 
         def loss_fn(y):
             return mse(sdpa(*params, is_causal=True), y)
+    elif CASES[case]["kind"] == "dqn":
+        loss_fn, data, qnet = _torch_dqn(torch, case, dtype, dev)
+        params = list(qnet.parameters())
     else:
         ws, x0, labels = mlp_problem(case, dtype)
         layers = []
@@ -577,6 +713,9 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
         def loss_fn(p, x, y):
             s = jnp.where(causal, p[0] @ jnp.swapaxes(p[1], -1, -2) / math.sqrt(d), -jnp.inf)
             return jnp.mean((jax.nn.softmax(s, axis=-1) @ p[2] - y) ** 2)
+    elif CASES[case]["kind"] == "dqn":
+        params, y0, x0 = dqn_problem(case, dtype)     # x: the batch, y: the target's params
+        loss_fn = _jax_dqn_loss(jax, jnp, optax)
     else:
         params, x0, y0 = mlp_problem(case, dtype)
 
@@ -648,6 +787,8 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
                 for g in ((A[i], B[i], P[i]), (P[i], B[i].T, gA[i]), (A[i].T, P[i], gB[i]))]
     if CASES[case]["kind"] == "cnn":
         return cnn_floor_gemms(case, rand)
+    if CASES[case]["kind"] == "dqn":
+        return dqn_floor_gemms(case, rand)
     if CASES[case]["kind"] == "attention":     # per slice: S, O; dV, dP, dQ, dK
         *_, Y = attention_problem(case, dtype)
         t = Y.shape[-2]

@@ -200,6 +200,9 @@ TARGETS = [
     ("cnn, compiled", "cnn", "numbagrad compiled", "torch", 0.5),
     # --- attention
     ("causal attention (12,4,64,32)", "attention", "numbagrad", "torch", 1.0),
+    # --- dqn
+    ("dqn, compiled", "dqn", "numbagrad compiled", "torch", 0.10),
+    ("dqn, compiled", "dqn", "numbagrad compiled", "jax", 0.50),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
              "floor": "GEMM floor"}

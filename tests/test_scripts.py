@@ -324,3 +324,60 @@ def test_compare_versions_times_two_trees_interleaved():
         old, new = (float(v) for v in r[1].split("/")[0:1] + r[2].split("/")[0:1])
         assert old > 0 and new > 0 and float(r[3].rstrip(",")) == pytest.approx(new / old,
                                                                                  rel=1e-2)
+
+
+# --- dqn
+def test_bench_dqn_case_runs_and_reports_its_verdict(tmp_path, capsys):
+    # One round of the dqn row in the peer processes (quick: no torch.compile): both
+    # compiled targets are judged, against PyTorch eager and JAX jit.
+    assert "dqn" in bench.parse(["--quick"]).cases
+    out = tmp_path / "bench.json"
+    bench.main(["--cases", "dqn", "--repeats", "1", "--min-time", "0", "--no-first-step",
+                "--no-dp", "--no-torch-compile", "--json", str(out)])
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    assert (row["case"], row["dtype"], row["optimizer"]) == ("dqn", *bench.MLP_ROW)
+    for name in ["numbagrad", "numbagrad compiled", "floor"] + [
+            p for p in ("torch", "jax") if p in result["peers"]]:
+        assert row[name]["best_s"] > 0, name
+    assert row["numpy"] is None
+    printed = capsys.readouterr().out
+    assert "dqn: DQN update, Q-network 4-64-64-2 (ReLU), batch 64: gather Q(s, a)" in printed
+    entries = {e["peer"]: e for e in result["verdict"] if e["case"] == "dqn"}
+    assert {p: (e["target"], e["subject"], e["limit"]) for p, e in entries.items()} == {
+        "torch": ("dqn, compiled", "numbagrad compiled", 0.10),
+        "jax": ("dqn, compiled", "numbagrad compiled", 0.50)}
+    for peer, entry in entries.items():
+        if peer in result["peers"]:
+            assert entry["status"] in ("met", "missed")
+            assert entry["ratio"] == pytest.approx(row["numbagrad compiled"]["best_s"]
+                                                   / row[peer]["best_s"])
+    if "torch" in result["peers"]:
+        assert "dqn, compiled" in printed and "/ PyTorch eager" in printed
+
+
+def test_bench_dqn_peers_compute_the_same_update():
+    # numbagrad (eager and compiled), PyTorch and JAX run the same DQN update from the
+    # same weights and batch (the target network fixed): after two windows they agree.
+    pytest.importorskip("torch")
+    names = ["numbagrad", "numbagrad compiled", "numpy", "torch", "jax"]
+    steps = {n: bench.PEERS[n]("dqn", np.dtype(np.float64), "adam", "cpu") for n in names}
+    assert steps.pop("numpy") is None                 # no hand-written NumPy DQN
+    steps = {n: s for n, s in steps.items() if s is not None}
+    assert {"numbagrad", "numbagrad compiled", "torch"} <= set(steps)
+    for _ in range(2 * bench.K):
+        for step in steps.values():
+            step()
+    want = steps["torch"].weights()
+    start = bench.initial_weights("dqn", np.float64)
+    assert [w.shape for w in want] == [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,)] == \
+        [w.shape for w in start]
+    assert all(not np.allclose(w, s) for w, s in zip(want, start))
+    for name, step in steps.items():
+        for got, w in zip(step.weights(), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-9, atol=1e-12, err_msg=name)
+    # Q(s) and Q_target(s2): 3 + 3 forward products; 3 weight and 2 hidden gradients
+    gemms = bench.floor_gemms("dqn", np.float32)
+    assert len(gemms) == 11
+    for a, b, out in gemms:
+        assert (a.shape[0], b.shape[1]) == out.shape and a.shape[1] == b.shape[0]
