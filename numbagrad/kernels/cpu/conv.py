@@ -47,23 +47,28 @@ def im2col(x, cols, sh, sw, ph, pw, dh, dw):
     """cols[g, n, oh, ow, c, i, j] = x[n, g*C/G + c, oh*sh - ph + i*dh,
     ow*sw - pw + j*dw], 0 outside x (zero padding): every patch a row. x
     (N, C, H, W) and cols (G, N, OH, OW, C/G, KH, KW) C-contiguous; the
-    groups, kernel and output sizes come from cols' shape."""
+    groups, kernel and output sizes come from cols' shape. One output
+    position's read offsets (a row of C/G*KH*KW) serve every image."""
     G, N, OH, OW, CG, KH, KW = cols.shape
     C, H, W = x.shape[1], x.shape[2], x.shape[3]
     xf, cf = x.reshape(x.size), cols.reshape(cols.size)
     P, HW, T = OH * OW, H * W, KH * KW
+    CT = CG * T
     at = _patch_offsets(OH, OW, H, W, KH, KW, sh, sw, ph, pw, dh, dw)
     zero = cols.dtype.type(0)
-    o = 0
+    row = np.empty(CT, np.int64)
     for g in range(G):
-        for n in range(N):
-            for q in range(P):
-                for c in range(CG):
-                    base = (n * C + g * CG + c) * HW
-                    for t in range(q * T, q * T + T):
-                        k = at[uint64(t)]
-                        cf[uint64(o)] = xf[uint64(base + k)] if k >= 0 else zero
-                        o += 1
+        for q in range(P):
+            for c in range(CG):
+                for t in range(T):
+                    k = at[q * T + t]
+                    row[c * T + t] = (g * CG + c) * HW + k if k >= 0 else -1
+            for n in range(N):
+                o = ((g * N + n) * P + q) * CT
+                image = n * C * HW
+                for u in range(CT):
+                    k = row[u]
+                    cf[uint64(o + u)] = xf[uint64(image + k)] if k >= 0 else zero
 
 
 @njit(error_model="numpy", inline="always")
