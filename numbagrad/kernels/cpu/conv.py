@@ -219,7 +219,14 @@ def pool_divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad):
     return (size if include_pad else (h1 - h0) * (w1 - w0)), h0, w0, h1, w1
 
 
+def adaptive_window(o, out_size, in_size):
+    """[lo, hi): the input rows (or columns) of adaptive window o, floor(o*H/OH)
+    to ceil((o+1)*H/OH), PyTorch's. Plain Python, compiled for either device."""
+    return (o * in_size) // out_size, ((o + 1) * in_size + out_size - 1) // out_size
+
+
 _divisor = njit(error_model="numpy", inline="always")(pool_divisor)
+_adaptive = njit(error_model="numpy", inline="always")(adaptive_window)
 
 
 @njit(cache=True, error_model="numpy")
@@ -269,9 +276,9 @@ def adaptive_avg_pool2d(x, out):
     for n in range(N):
         for c in range(C):
             for oh in range(OH):
-                h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
+                h0, h1 = _adaptive(oh, OH, H)
                 for ow in range(OW):
-                    w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
+                    w0, w1 = _adaptive(ow, OW, W)
                     acc = 0.0
                     for h in range(h0, h1):
                         for w in range(w0, w1):
@@ -290,9 +297,9 @@ def adaptive_avg_pool2d_backward(g, dest, beta):
     for n in range(N):
         for c in range(C):
             for oh in range(OH):
-                h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
+                h0, h1 = _adaptive(oh, OH, H)
                 for ow in range(OW):
-                    w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
+                    w0, w1 = _adaptive(ow, OW, W)
                     for h in range(h0, h1):
                         for w in range(w0, w1):
                             acc[n, c, h, w] += g[n, c, oh, ow] / ((h1 - h0) * (w1 - w0))

@@ -9,10 +9,26 @@ import math
 
 from numba import cuda, int64, types
 
-from ..cpu.conv import pool_divisor
+from ..cpu.conv import adaptive_window, pool_divisor
 from ._core import THREADS, Config, array_type, grid, kernel, launch
 
 _divisor = cuda.jit(device=True)(pool_divisor)
+_adaptive = cuda.jit(device=True)(adaptive_window)
+
+
+@cuda.jit(device=True)
+def _nchw(k, C, H, W):
+    """(n, c, h, w) of flat index k into a C-contiguous (N, C, H, W) array."""
+    return k // (W * H * C), (k // (W * H)) % C, (k // W) % H, k % W
+
+
+@cuda.jit(device=True)
+def _put(dest, n, c, h, w, acc, beta):
+    """dest[n, c, h, w] = acc + beta * dest[n, c, h, w]; beta == 0 never reads it."""
+    if beta == 0.0:
+        dest[n, c, h, w] = acc
+    else:
+        dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
 _I = int64
 _B = types.boolean
 
@@ -59,10 +75,7 @@ def _col2im_source(config: Config, dtype):
         C, H, W = dest.shape[1], dest.shape[2], dest.shape[3]
         k = cuda.grid(1)
         while k < dest.size:
-            w = k % W
-            h = (k // W) % H
-            c = (k // (W * H)) % C
-            n = k // (W * H * C)
+            n, c, h, w = _nchw(k, C, H, W)
             g, cg = c // CG, c % CG
             acc = 0.0
             for i in range(KH):
@@ -72,10 +85,7 @@ def _col2im_source(config: Config, dtype):
                         u = w + pw - j * dw
                         if u >= 0 and u % sw == 0 and u // sw < OW:
                             acc += cols[g, n, t // sh, u // sw, cg, i, j]
-            if beta == 0.0:
-                dest[n, c, h, w] = acc
-            else:
-                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
 
     return col2im_kernel
@@ -89,10 +99,7 @@ def _max_pool2d_source(config: Config, dtype):
         H, W = x.shape[2], x.shape[3]
         k = cuda.grid(1)
         while k < out.size:
-            ow = k % OW
-            oh = (k // OW) % OH
-            c = (k // (OW * OH)) % C
-            n = k // (OW * OH * C)
+            n, c, oh, ow = _nchw(k, C, OH, OW)
             h0 = oh * sh - ph
             w0 = ow * sw - pw
             while h0 < 0:
@@ -126,10 +133,7 @@ def _max_pool2d_backward_source(config: Config, dtype):
         H, W = dest.shape[2], dest.shape[3]
         k = cuda.grid(1)
         while k < dest.size:
-            w = k % W
-            h = (k // W) % H
-            c = (k // (W * H)) % C
-            n = k // (W * H * C)
+            n, c, h, w = _nchw(k, C, H, W)
             acc = 0.0
             for i in range(kh - 1, -1, -1):   # windows in increasing order
                 t = h + ph - i * dh
@@ -139,10 +143,7 @@ def _max_pool2d_backward_source(config: Config, dtype):
                         if u >= 0 and u % sw == 0 and u // sw < OW:
                             if idx[n, c, t // sh, u // sw] == h * W + w:
                                 acc += g[n, c, t // sh, u // sw]
-            if beta == 0.0:
-                dest[n, c, h, w] = acc
-            else:
-                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
 
     return max_pool2d_backward_kernel
@@ -155,10 +156,7 @@ def _avg_pool2d_source(config: Config, dtype):
         H, W = x.shape[2], x.shape[3]
         k = cuda.grid(1)
         while k < out.size:
-            ow = k % OW
-            oh = (k // OW) % OH
-            c = (k // (OW * OH)) % C
-            n = k // (OW * OH * C)
+            n, c, oh, ow = _nchw(k, C, OH, OW)
             div, h0, w0, h1, w1 = _divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad)
             acc = 0.0
             for h in range(h0, h1):
@@ -178,10 +176,7 @@ def _avg_pool2d_backward_source(config: Config, dtype):
         H, W = dest.shape[2], dest.shape[3]
         k = cuda.grid(1)
         while k < dest.size:
-            w = k % W
-            h = (k // W) % H
-            c = (k // (W * H)) % C
-            n = k // (W * H * C)
+            n, c, h, w = _nchw(k, C, H, W)
             acc = 0.0
             for i in range(kh - 1, -1, -1):   # windows in increasing order
                 t = h + ph - i
@@ -192,10 +187,7 @@ def _avg_pool2d_backward_source(config: Config, dtype):
                             div = _divisor(t // sh, u // sw, H, W, kh, kw, sh, sw, ph, pw,
                                            include_pad)[0]
                             acc += g[n, c, t // sh, u // sw] / div
-            if beta == 0.0:
-                dest[n, c, h, w] = acc
-            else:
-                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
 
     return avg_pool2d_backward_kernel
@@ -208,12 +200,9 @@ def _adaptive_avg_pool2d_source(config: Config, dtype):
         H, W = x.shape[2], x.shape[3]
         k = cuda.grid(1)
         while k < out.size:
-            ow = k % OW
-            oh = (k // OW) % OH
-            c = (k // (OW * OH)) % C
-            n = k // (OW * OH * C)
-            h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
-            w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
+            n, c, oh, ow = _nchw(k, C, OH, OW)
+            h0, h1 = _adaptive(oh, OH, H)
+            w0, w1 = _adaptive(ow, OW, W)
             acc = 0.0
             for h in range(h0, h1):
                 for w in range(w0, w1):
@@ -231,22 +220,18 @@ def _adaptive_avg_pool2d_backward_source(config: Config, dtype):
         H, W = dest.shape[2], dest.shape[3]
         k = cuda.grid(1)
         while k < dest.size:
-            w = k % W
-            h = (k // W) % H
-            c = (k // (W * H)) % C
-            n = k // (W * H * C)
+            n, c, h, w = _nchw(k, C, H, W)
             acc = 0.0
-            for oh in range((h * OH) // H, ((h + 1) * OH + H - 1) // H):
-                h0, h1 = (oh * H) // OH, ((oh + 1) * H + OH - 1) // OH
+            first, last = _adaptive(h, H, OH)   # the windows that can hold row h
+            for oh in range(first, last):
+                h0, h1 = _adaptive(oh, OH, H)
                 if h0 <= h < h1:
-                    for ow in range((w * OW) // W, ((w + 1) * OW + W - 1) // W):
-                        w0, w1 = (ow * W) // OW, ((ow + 1) * W + OW - 1) // OW
+                    left, right = _adaptive(w, W, OW)
+                    for ow in range(left, right):
+                        w0, w1 = _adaptive(ow, OW, W)
                         if w0 <= w < w1:
                             acc += g[n, c, oh, ow] / ((h1 - h0) * (w1 - w0))
-            if beta == 0.0:
-                dest[n, c, h, w] = acc
-            else:
-                dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+            _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
 
     return adaptive_avg_pool2d_backward_kernel
