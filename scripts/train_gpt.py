@@ -79,7 +79,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accumulate-steps", type=int, default=1, help="micro-batches per update")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
     p.add_argument("--min-lr", type=float, default=1e-4, help="learning rate at --max-iters")
-    p.add_argument("--warmup", type=int, default=100, help="linear warm-up updates (at most --max-iters)")
+    p.add_argument("--warmup", type=int, default=100,
+                   help="linear warm-up updates (at most --max-iters)")
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--beta2", type=float, default=0.99)
     p.add_argument("--clip", type=float, default=1.0,
@@ -390,15 +391,17 @@ def loop(args, first, last, train, val_batches, micro, evaluate_fn, history, rep
     """Iterations first+1 .. last: micro-steps, the bar, evaluations, checkpoints."""
     bar = progress(args, first)
     tokens = args.batch_size * args.block_size * args.accumulate_steps
-    start, since, losses = time.perf_counter(), time.perf_counter(), []
+    start, losses, times = time.perf_counter(), [], []
     try:
         for it in range(first, last):
+            began = time.perf_counter()
             loss = float(np.mean([micro(x, y) for x, y in iteration_batches(args, train, it)]))
+            times.append(time.perf_counter() - began)
             history["train_loss"].append(loss)
             losses.append(loss)
             done = it + 1
             if bar is not None:
-                rate = tokens * len(losses) / max(time.perf_counter() - since, 1e-9)
+                rate = tokens * min(len(times), 20) / sum(times[-20:])
                 bar.set_postfix_str(f"loss {loss:.4f}, {rate:,.0f} tok/s", refresh=False)
                 bar.update(1)
             if done % args.eval_every == 0 or done == args.max_iters:
@@ -408,14 +411,15 @@ def loop(args, first, last, train, val_batches, micro, evaluate_fn, history, rep
                 report(f"iter {done:5d}/{args.max_iters}  train loss {np.mean(losses):.4f}  "
                        f"val loss {val:.4f}")
                 checkpoint(done)
-                since, losses = time.perf_counter(), []
+                losses = []
         if last % args.eval_every and last != args.max_iters:
             checkpoint(last)          # --stop-at between evaluations
     finally:
         if bar is not None:
             bar.close()
-    history.setdefault("seconds", [])
-    history["seconds"].append(time.perf_counter() - start)
+    # timings of this process only: never in a checkpoint
+    history["seconds"] = [time.perf_counter() - start,
+                          float(np.median(times[1:] or times or [0.0]))]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -439,11 +443,12 @@ def main(argv: list[str] | None = None) -> dict:
             print(line)
     trainer = train_numbagrad if args.peer == "numbagrad" else train_torch
     history, model, opt = trainer(args, train, val_batches, len(chars), report)
-    seconds = history.pop("seconds")[-1]
+    seconds, per_iter = history.pop("seconds")
     n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
     if history["val_loss"]:
         print(f"final val loss {history['val_loss'][-1]:.4f} after {len(history['train_loss'])}"
-              f" iterations ({seconds:.1f}s this run, {n_params:,} params)")
+              f" iterations ({seconds:.1f}s this run, median {per_iter * 1e3:.0f} ms/iteration, "
+              f"{n_params:,} params)")
     if args.sample:
         if args.peer == "torch":
             import torch
@@ -468,7 +473,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.plot:
         plot(history, args.plot, f"char GPT ({args.peer}) on {os.path.basename(source)}")
         print(f"wrote {args.plot}")
-    result = {"history": history, "seconds": seconds, "vocab": len(chars),
+    result = {"history": history, "seconds": seconds, "seconds_per_iteration": per_iter,
+              "vocab": len(chars),
               "sample": sample, "params": n_params}
     if args.json:
         with open(args.json, "w") as f:

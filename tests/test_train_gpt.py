@@ -125,7 +125,8 @@ def test_the_head_is_the_token_embedding():
     assert model.lm_head.weight is model.transformer.wte.weight
     names = [n for n, _ in model.named_parameters()]
     assert "lm_head.weight" not in names and "transformer.wte.weight" in names
-    init = gpt_model.nanogpt_init(model, 2, seed=0)
+    init = gpt_model.nanogpt_init(config(), seed=0, dtype=np.float64)
+    assert list(init) == list(model.state_dict())
     assert np.std(init["transformer.h.0.attn.c_proj.weight"]) < 0.012 < \
         np.std(init["transformer.h.0.attn.c_attn.weight"])
     assert not init["transformer.h.0.mlp.c_fc.bias"].any()
