@@ -199,6 +199,9 @@ TARGETS = [
     ("cnn, compiled", "cnn", "numbagrad compiled", "torch", 0.5),
     # --- attention
     ("causal attention (12,4,64,32)", "attention", "numbagrad", "torch", 1.0),
+    # --- gpt
+    ("gpt, compiled", "gpt", "numbagrad compiled", "torch", 0.8),
+    ("gpt, compiled", "gpt", "numbagrad compiled", "jax", 1.0),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
              "floor": "GEMM floor"}

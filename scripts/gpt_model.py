@@ -111,9 +111,14 @@ def _ng_gpt() -> type:
 
         def forward(self, x: ng.Tensor) -> ng.Tensor:
             b, t, e = x.shape
-            qkv = self.c_attn(x).reshape((b, t, 3, self.n_head, e // self.n_head)) \
-                .permute(2, 0, 3, 1, 4)
-            y = ng.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True,
+            w, bias = self.c_attn.weight, self.c_attn.bias
+            # q, k, v from row blocks of c_attn (as ng.nn.MultiheadAttention does): the
+            # gradient of a slice of the (3E, E) weight is cheaper to place than one of
+            # the (3, B, heads, T, E / heads) activations
+            q, k, v = (ng.linear(x, w[i * e:(i + 1) * e], bias[i * e:(i + 1) * e])
+                       .reshape((b, t, self.n_head, e // self.n_head)).permute(0, 2, 1, 3)
+                       for i in range(3))
+            y = ng.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                 dropout_p=self.dropout if self.training else 0.0)
             return self.resid_dropout(self.c_proj(y.permute(0, 2, 1, 3).reshape((b, t, e))))
 
