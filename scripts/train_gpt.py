@@ -329,7 +329,7 @@ def train_numbagrad(args, train, val_batches, vocab, report) -> tuple[dict, GPT,
         history = {k: list(v) for k, v in ckpt["history"].items()}
         first = ckpt["iteration"]
         report(f"resumed {args.resume} after iteration {first} ({opt.t} updates)")
-    step = micro_step_fn(model, opt, args.compile and args.device == "cpu")
+    step = micro_step_fn(model, opt, args.compile)
     last = args.max_iters if args.stop_at is None else args.stop_at
 
     def checkpoint(it: int) -> None:
