@@ -23,7 +23,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-__all__ = ["GPTConfig", "GPT", "TorchGPT", "nanogpt_init", "param_shapes"]
+# GPT and TorchGPT come from __getattr__ (built on first use)
+__all__ = ["GPTConfig", "nanogpt_init", "param_shapes"]
 
 
 @dataclass(frozen=True)
