@@ -42,6 +42,17 @@ QUICK_CASES += ["attention"]
 CASES["dqn"] = {"kind": "dqn", "layers": (4, 64, 64, 2), "batch": 64}
 QUICK_CASES += ["dqn"]
 
+# --- gpt: scripts/train_gpt.py's char GPT at its defaults (nanoGPT's CPU config), its
+# AdamW (betas 0.9/0.99, weight decay 0.1, clipping at 1.0), a fixed batch of 12 x 64
+CASES["gpt"] = {"kind": "gpt", "vocab": 101, "batch": 12, "block": 64, "n_layer": 4,
+                "n_head": 4, "n_embd": 128}
+
+
+def gpt_describe(case: str) -> str:
+    c = CASES[case]
+    return (f"char GPT {c['n_layer']} layers x {c['n_head']} heads x {c['n_embd']}, vocab "
+            f"{c['vocab']}, batch {c['batch']} x {c['block']}, AdamW + clipping")
+
 
 def describe(case: str) -> str:
     """The case line of the table: the problem in words."""
@@ -63,6 +74,8 @@ def describe(case: str) -> str:
     if c["kind"] == "attention":
         b, h, t, d = c["shape"]
         return f"causal attention B={b} H={h} T={t} d={d}, q k v learned, MSE"
+    if c["kind"] == "gpt":
+        return gpt_describe(case)
     return (f"MLP {'-'.join(map(str, c['layers']))}, batch {c['batch']}, ReLU, "
             f"cross-entropy")
 
@@ -90,6 +103,8 @@ def short_size(case: str) -> str:
     if c["kind"] == "attention":
         b, h, t, d = c["shape"]
         return f"attn {b}x{h}x{t}x{d}"
+    if c["kind"] == "gpt":
+        return f"gpt {c['n_layer']}x{c['n_embd']} b{c['batch']}x{c['block']}"
     return f"{'-'.join(map(str, c['layers']))} b{c['batch']}"
 
 
@@ -100,7 +115,7 @@ def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[st
         return [MLP_ROW]
     if CASES[case]["kind"] == "cnn":
         return [MLP_ROW]
-    if CASES[case]["kind"] == "dqn":
+    if CASES[case]["kind"] in ("dqn", "gpt"):
         return [MLP_ROW]
     if quick and case in QUICK_FLOAT32_ONLY:
         dtypes = [d for d in dtypes if d == "float32"] or dtypes

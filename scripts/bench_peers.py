@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 from bench_cases import BLAS_THREADS_MIN, CASES, K, cnn_features
+from gpt_model import GPTConfig, nanogpt_init, param_shapes
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)           # this checkout's numbagrad
@@ -228,6 +229,27 @@ def dqn_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.nd
         if k > 0:
             out.append((delta, rand(o, i), np.empty((batch, i), delta.dtype)))
     return out
+# --- gpt: the problem
+GPT_BETAS, GPT_WEIGHT_DECAY, GPT_CLIP = (0.9, 0.99), 0.1, 1.0   # train_gpt.py's AdamW
+
+
+def gpt_config(case: str) -> GPTConfig:
+    c = CASES[case]
+    return GPTConfig(c["vocab"], c["block"], c["n_layer"], c["n_head"], c["n_embd"], 0.0)
+
+
+def gpt_names(case: str) -> list[str]:
+    """The GPT's params in ``named_parameters`` order (the tied head is ``wte``)."""
+    return [n for n in param_shapes(gpt_config(case)) if n != "lm_head.weight"]
+
+
+def gpt_problem(case: str, dtype) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """A GPT case's nanoGPT-initialised state dict (seed 0), inputs and targets
+    (batch, block) of random characters."""
+    c = CASES[case]
+    rng = np.random.default_rng(0)
+    x, y = (rng.integers(0, c["vocab"], (c["batch"], c["block"])) for _ in range(2))
+    return nanogpt_init(gpt_config(case), 0, dtype), x, y
 
 
 def initial_weights(case: str, dtype) -> list[np.ndarray]:
@@ -242,6 +264,9 @@ def initial_weights(case: str, dtype) -> list[np.ndarray]:
         return list(attention_problem(case, dtype)[:3])
     if CASES[case]["kind"] == "dqn":
         return dqn_problem(case, dtype)[0]
+    if CASES[case]["kind"] == "gpt":
+        state = gpt_problem(case, dtype)[0]
+        return [state[n] for n in gpt_names(case)]
     return mlp_problem(case, dtype)[0]
 
 
@@ -252,6 +277,9 @@ def initial_weights(case: str, dtype) -> list[np.ndarray]:
 def _ng_setup(case, dtype, opt_kind, device):
     """(loss_fn, inputs, optimizer, weights) for the eager and compiled peers."""
     import numbagrad as ng
+    if CASES[case]["kind"] == "gpt":
+        return _ng_gpt_setup(case, dtype, device)
+
     def optimizer(params):
         if opt_kind == "sgd":
             return ng.optim.SGD(params, lr=LR, momentum=MOMENTUM, accumulate_steps=K)
@@ -351,6 +379,27 @@ def _ng_cnn(case, dtype, device):
     return model, ng.tensor(x0, device=device), labels
 
 
+# --- gpt: numbagrad
+def _ng_gpt_setup(case, dtype, device):
+    """A GPT case's (loss_fn, inputs, AdamW with clipping, weights) in numbagrad."""
+    import numbagrad as ng
+    from gpt_model import GPT
+    state, x, y = gpt_problem(case, dtype)
+    model = GPT(gpt_config(case), dtype=dtype, device=device)
+    model.load_state_dict(state)
+    opt = ng.optim.AdamW(model.parameters(), lr=LR, betas=GPT_BETAS, eps=EPS,
+                         weight_decay=GPT_WEIGHT_DECAY, accumulate_steps=K,
+                         max_grad_norm=GPT_CLIP)
+
+    def loss_fn(x, y):
+        return model(x, y)[1]
+
+    def weights():
+        now = model.state_dict()
+        return [now[n] for n in gpt_names(case)]
+    return loss_fn, (x, y), opt, weights
+
+
 def numbagrad_step(case, dtype, opt_kind, device) -> Callable[[], None]:
     """ng ops recorded on ``ng.grad_tape()``, ``loss.backward()``, ``opt.step()``."""
     import numbagrad as ng
@@ -426,6 +475,8 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
         return numpy_bmm_step(case, dtype, opt_kind)
     if CASES[case]["kind"] == "cnn":
         return None          # no hand-written NumPy convolution: the table says n/a
+    if CASES[case]["kind"] == "gpt":
+        return None          # nor a NumPy transformer
     if CASES[case]["kind"] == "attention":
         return numpy_attention_step(case, dtype, opt_kind)
     if CASES[case]["kind"] == "dqn":
@@ -587,6 +638,8 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
     if torch is None or (device == "cuda" and not torch.cuda.is_available()):
         return None
     dev = "cuda" if device == "cuda" else "cpu"
+    if CASES[case]["kind"] == "gpt":
+        return _torch_gpt_step(torch, case, dtype, dev, compiled)
     if CASES[case]["kind"] == "linear":
         w0, x0, y0 = problem(case, dtype)
         W = torch.tensor(w0, device=dev, requires_grad=True)
@@ -672,6 +725,38 @@ def _torch_cnn(torch, case, dtype, dev):
     return model, (torch.tensor(x0, device=dev), torch.tensor(labels, device=dev))
 
 
+# --- gpt: PyTorch
+def _torch_gpt_step(torch, case, dtype, dev, compiled):
+    """The GPT's PyTorch twin: ``(loss / K).backward()``; every K calls
+    ``clip_grad_norm_``, AdamW's step and ``zero_grad``."""
+    from gpt_model import TorchGPT
+    state, x0, y0 = gpt_problem(case, dtype)
+    model = TorchGPT(gpt_config(case), dtype=dtype, device=dev)
+    model.load_state_dict({n: torch.from_numpy(a) for n, a in state.items()})
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=LR, betas=GPT_BETAS, eps=EPS,
+                            weight_decay=GPT_WEIGHT_DECAY)
+    x, y = torch.tensor(x0, device=dev), torch.tensor(y0, device=dev)
+
+    def loss_fn(x, y):
+        return model(x, y)[1]
+    if compiled:
+        loss_fn = torch.compile(loss_fn)
+    pos = [0]
+
+    def micro_step():
+        (loss_fn(x, y) / K).backward()
+        pos[0] += 1
+        if pos[0] == K:
+            pos[0] = 0
+            torch.nn.utils.clip_grad_norm_(params, GPT_CLIP)
+            opt.step()
+            opt.zero_grad()
+    micro_step.weights = lambda: [p.detach().cpu().numpy().copy() for p in params]
+    micro_step.torch = torch
+    return micro_step
+
+
 def torch_compiled_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     """``torch_step`` with the loss function through ``torch.compile``."""
     return torch_step(case, dtype, opt_kind, device, compiled=True)
@@ -689,6 +774,8 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
         dev = jax.devices(platform_)[0]
     except RuntimeError:
         return None
+    if CASES[case]["kind"] == "gpt":
+        return _jax_gpt_step(jax, jnp, optax, case, dtype, dev)
     if CASES[case]["kind"] == "linear":
         w0, x0, y0 = problem(case, dtype)
         params = [w0]
@@ -749,6 +836,68 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     return micro_step
 
 
+# --- gpt: JAX
+def _jax_gpt_loss(jax, jnp, optax, c: GPTConfig):
+    """The GPT's mean cross-entropy loss(p, x, y) in JAX, p a dict by state-dict name."""
+    def layer_norm(h, w, b):
+        mu = h.mean(-1, keepdims=True)
+        var = ((h - mu) ** 2).mean(-1, keepdims=True)
+        return (h - mu) / jnp.sqrt(var + 1e-5) * w + b
+
+    def linear(h, p, name):
+        return h @ p[name + ".weight"].T + p[name + ".bias"]
+
+    def loss_fn(p, x, y):
+        b, t = x.shape
+        e, heads = c.n_embd, c.n_head
+        causal = jnp.tril(jnp.ones((t, t), bool))
+        h = p["transformer.wte.weight"][x] + p["transformer.wpe.weight"][:t]
+        for i in range(c.n_layer):
+            pre = f"transformer.h.{i}."
+            a = layer_norm(h, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"])
+            q, k, v = linear(a, p, pre + "attn.c_attn").reshape(b, t, 3, heads, e // heads) \
+                .transpose(2, 0, 3, 1, 4)
+            s = jnp.where(causal, q @ jnp.swapaxes(k, -1, -2) / math.sqrt(e // heads), -jnp.inf)
+            o = (jax.nn.softmax(s, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, t, e)
+            h = h + linear(o, p, pre + "attn.c_proj")
+            a = layer_norm(h, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])
+            h = h + linear(jax.nn.gelu(linear(a, p, pre + "mlp.c_fc"), approximate=False), p,
+                           pre + "mlp.c_proj")
+        h = layer_norm(h, p["transformer.ln_f.weight"], p["transformer.ln_f.bias"])
+        logits = h @ p["transformer.wte.weight"].T
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    return loss_fn
+
+
+def _jax_gpt_step(jax, jnp, optax, case, dtype, dev):
+    """``jax.jit`` of value_and_grad + ``optax.MultiSteps`` over clip_by_global_norm
+    and adamw (every param decayed, as torch.optim.AdamW), buffers donated."""
+    state, x0, y0 = gpt_problem(case, dtype)
+    names = gpt_names(case)
+    loss_fn = _jax_gpt_loss(jax, jnp, optax, gpt_config(case))
+    base = optax.chain(optax.clip_by_global_norm(GPT_CLIP),
+                       optax.adamw(LR, b1=GPT_BETAS[0], b2=GPT_BETAS[1], eps=EPS,
+                                   weight_decay=GPT_WEIGHT_DECAY))
+    tx = optax.MultiSteps(base, every_k_schedule=K, accumulator_dtype=np.dtype(dtype))
+    p = {n: jax.device_put(state[n], dev) for n in names}
+    x, y = jax.device_put(x0, dev), jax.device_put(y0, dev)
+    value_and_grad = jax.value_and_grad(loss_fn)
+
+    def step(p, s, x, y):
+        loss, grads = value_and_grad(p, x, y)
+        updates, s = tx.update(grads, s, p)
+        return optax.apply_updates(p, updates), s, loss
+    step = jax.jit(step, donate_argnums=(0, 1))
+    box = {"p": p, "s": tx.init(p)}
+
+    def micro_step():
+        box["p"], box["s"], _ = step(box["p"], box["s"], x, y)
+    micro_step.sync = lambda: jax.block_until_ready(box["p"])
+    micro_step.warmup_calls = 1
+    micro_step.weights = lambda: [np.array(box["p"][n]) for n in names]
+    return micro_step
+
+
 def _jax_cnn_loss(jax, jnp, optax):
     """A CNN case's loss(p, x, labels) in JAX, NCHW as PyTorch: 3x3 convolutions
     padded by 1, ReLU, 2x2 max pools, flatten, linear, cross-entropy."""
@@ -789,6 +938,8 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
         return cnn_floor_gemms(case, rand)
     if CASES[case]["kind"] == "dqn":
         return dqn_floor_gemms(case, rand)
+    if CASES[case]["kind"] == "gpt":
+        return gpt_floor_gemms(case, rand)
     if CASES[case]["kind"] == "attention":     # per slice: S, O; dV, dP, dQ, dK
         *_, Y = attention_problem(case, dtype)
         t = Y.shape[-2]
@@ -830,6 +981,31 @@ def cnn_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.nd
     W, x, g = rand(classes, features), rand(batch, features), rand(batch, classes)
     return out + [(x, W.T, np.empty_like(g)), (g.T, x, np.empty_like(W)),
                   (g, W, np.empty_like(x))]
+
+
+# --- gpt: the GEMM floor
+def gpt_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A GPT case's GEMMs over its B*T rows: per linear layer (c_attn, c_proj,
+    c_fc, mlp c_proj, then the tied head) the forward, the weight gradient and
+    the input gradient; per attention slice (batch x head) S = Q K^T, O = P V,
+    dV, dP, dQ, dK."""
+    c = CASES[case]
+    rows, e, t = c["batch"] * c["block"], c["n_embd"], c["block"]
+    d, slices = e // c["n_head"], c["batch"] * c["n_head"]
+
+    def linear(d_in, d_out):
+        x, W, g = rand(rows, d_in), rand(d_out, d_in), rand(rows, d_out)
+        return [(x, W.T, np.empty_like(g)), (g.T, x, np.empty_like(W)),
+                (g, W, np.empty_like(x))]
+    out = []
+    for _ in range(c["n_layer"]):
+        out += linear(e, 3 * e) + linear(e, e) + linear(e, 4 * e) + linear(4 * e, e)
+        Q, K_, V, G = (rand(slices, t, d) for _ in range(4))
+        P, dS, grad = rand(slices, t, t), rand(slices, t, t), np.empty((slices, t, d), Q.dtype)
+        for i in range(slices):
+            out += [(Q[i], K_[i].T, P[i]), (P[i], V[i], grad[i]), (P[i].T, G[i], grad[i]),
+                    (G[i], V[i].T, dS[i]), (dS[i], K_[i], grad[i]), (dS[i].T, Q[i], grad[i])]
+    return out + linear(e, c["vocab"])
 
 
 def scipy_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None]:

@@ -203,6 +203,9 @@ TARGETS = [
     # --- dqn
     ("dqn, compiled", "dqn", "numbagrad compiled", "torch", 0.10),
     ("dqn, compiled", "dqn", "numbagrad compiled", "jax", 0.50),
+    # --- gpt
+    ("gpt, compiled", "gpt", "numbagrad compiled", "torch", 0.8),
+    ("gpt, compiled", "gpt", "numbagrad compiled", "jax", 1.0),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
              "floor": "GEMM floor"}

@@ -381,3 +381,61 @@ def test_bench_dqn_peers_compute_the_same_update():
     assert len(gemms) == 11
     for a, b, out in gemms:
         assert (a.shape[0], b.shape[1]) == out.shape and a.shape[1] == b.shape[0]
+
+
+# --- gpt: the char GPT case
+TINY_GPT = {"kind": "gpt", "vocab": 13, "batch": 2, "block": 8, "n_layer": 2, "n_head": 2,
+            "n_embd": 16}
+
+
+def test_bench_gpt_case_runs_and_reports_its_verdict(monkeypatch, capsys):
+    # The gpt row at a tiny size, timed in this process (one round): every peer
+    # that can run is timed, the NumPy loop is n/a, and both gpt targets are judged.
+    assert bench.CASES["gpt"]["n_embd"] == 128 and "gpt" not in bench.QUICK_CASES
+    monkeypatch.setitem(bench.CASES, "gpt", TINY_GPT)
+    args = bench.parse(["--cases", "gpt", "--repeats", "1", "--min-time", "0", "--in-process"])
+    peers = [p for p in bench.available_peers(torch_compile=False) if p != "numpy"]
+    row = bench.measure_row("gpt", *bench.MLP_ROW, args, peers + ["numpy"])
+    assert (row["case"], row["dtype"], row["optimizer"]) == ("gpt", *bench.MLP_ROW)
+    for name in peers:
+        assert row[name]["best_s"] > 0, name
+    assert row["numpy"] is None and "numbagrad/numpy" not in row["ratios"]
+    assert bench.describe("gpt") == ("char GPT 2 layers x 2 heads x 16, vocab 13, batch 2 x 8, "
+                                     "AdamW + clipping")
+    entries = {e["peer"]: e for e in bench.verdict([row], peers) if e["case"] == "gpt"}
+    assert {p: (e["target"], e["subject"], e["limit"]) for p, e in entries.items()} == {
+        "torch": ("gpt, compiled", "numbagrad compiled", 0.8),
+        "jax": ("gpt, compiled", "numbagrad compiled", 1.0)}
+    for peer, entry in entries.items():
+        if peer in peers:
+            assert entry["ratio"] == pytest.approx(row["numbagrad compiled"]["best_s"]
+                                                   / row[peer]["best_s"])
+            assert entry["status"] in ("met", "missed")
+    bench.print_verdict(list(entries.values()))
+    assert "gpt, compiled" in capsys.readouterr().out
+
+
+def test_bench_gpt_peers_compute_the_same_update(monkeypatch):
+    # numbagrad (eager and compiled), PyTorch and JAX train the same GPT from the
+    # same weights and batch with the same AdamW and clipping: two windows agree.
+    pytest.importorskip("torch")
+    monkeypatch.setitem(bench.CASES, "gpt", TINY_GPT)
+    names = ["numbagrad", "numbagrad compiled", "numpy", "torch", "jax"]
+    steps = {n: bench.PEERS[n]("gpt", np.dtype(np.float64), "adam", "cpu") for n in names}
+    assert steps["numpy"] is None                   # no hand-written NumPy transformer
+    steps = {n: s for n, s in steps.items() if s is not None}
+    for _ in range(2 * bench.K):
+        for step in steps.values():
+            step()
+    want = steps["torch"].weights()
+    start = bench.initial_weights("gpt", np.float64)
+    assert len(want) == len(start) == 2 + 2 * 12 + 2
+    assert all(not np.array_equal(w, s) for w, s in zip(want, start))
+    for name, step in steps.items():
+        # JAX's clip_by_global_norm divides by the norm, PyTorch's by norm + 1e-6
+        atol = 1e-9 if name == "jax" else 1e-12
+        for got, w in zip(step.weights(), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-9, atol=atol, err_msg=name)
+    # per layer 4 linear layers x 3 GEMMs and 6 per attention slice (batch x heads),
+    # then the head's 3
+    assert len(bench.floor_gemms("gpt", np.float32)) == 2 * (12 + 6 * 2 * 2) + 3
