@@ -27,17 +27,12 @@ def first_out_of_range(index, low, high):
 
 
 @njit(error_model="numpy", inline="always")
-def _on_lattice(k, shape, counts, start, step):
-    """Whether flat C-order position ``k`` of ``shape`` is start + step * j, 0 <= j < counts."""
-    for d in range(len(shape) - 1, -1, -1):
-        c = k % shape[d]
-        k //= shape[d]
-        off, s = c - start[d], step[d]
-        if s < 0:
-            off, s = -off, -s
-        if off < 0 or off % s != 0 or off // s >= counts[d]:
-            return False
-    return True
+def _on_axis(c, start, step, count):
+    """Whether index ``c`` of an axis is start + step * j for some 0 <= j < count."""
+    off, s = c - start, step
+    if s < 0:
+        off, s = -off, -s
+    return not (off < 0 or off % s != 0 or off // s >= count)
 
 
 @njit(cache=True, error_model="numpy")
@@ -52,10 +47,25 @@ def place_nd(x, out, start, step, fill, beta, whole):
         return
     flat = out.reshape(-1)
     shape = out.shape
-    if whole:
-        for k in range(flat.size):
-            if not _on_lattice(k, shape, x.shape, start, step):
-                flat[k] = f if b == 0 else f + b * flat[k]
+    if whole and flat.size:
+        # on[o_d + i]: whether index i of dim d is on the lattice; a row of
+        # the last dim is on it where every leading index is and its own is
+        ends = np.cumsum(np.array(shape))
+        on = np.empty(ends[-1], np.bool_)
+        for d in range(out.ndim):
+            for i in range(shape[d]):
+                on[ends[d] - shape[d] + i] = _on_axis(i, start[d], step[d], x.shape[d])
+        last, lo = shape[-1], ends[-1] - shape[-1]
+        row = 0
+        for idx in np.ndindex(shape[:-1]):
+            whole_row = False
+            for d in range(out.ndim - 1):
+                if not on[ends[d] - shape[d] + idx[d]]:
+                    whole_row = True
+            for j in range(last):
+                if whole_row or not on[lo + j]:
+                    flat[row + j] = f if b == 0 else f + b * flat[row + j]
+            row += last
     for idx in np.ndindex(x.shape):
         k = 0
         for d in range(x.ndim):
