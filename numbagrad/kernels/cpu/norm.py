@@ -19,32 +19,47 @@ from ._threads import _cast_like
 
 def group_norm_row(x, w, b, out, mean, rstd, eps, has_w, has_b, n, g):
     """Normalise row (n, g) of x: mean, rstd = 1 / sqrt(biased var + eps),
-    out = (x - mean) * rstd * w + b; saves mean and rstd."""
+    out = (x - mean) * rstd * w + b; saves mean and rstd. S == 1 (a layer
+    norm) has loops of its own: an inner loop of one costs more than its
+    work. Either way the sums add in the same order."""
     K, S = x.shape[2], x.shape[3]
     m = K * S
     acc = 0.0
-    for k in range(K):
-        for s in range(S):
-            acc += x[n, g, k, s]
+    if S == 1:
+        for k in range(K):
+            acc += x[n, g, k, 0]
+    else:
+        for k in range(K):
+            for s in range(S):
+                acc += x[n, g, k, s]
     mu = acc / m
     acc = 0.0
-    for k in range(K):
-        for s in range(S):
-            d = x[n, g, k, s] - mu
+    if S == 1:
+        for k in range(K):
+            d = x[n, g, k, 0] - mu
             acc += d * d
+    else:
+        for k in range(K):
+            for s in range(S):
+                d = x[n, g, k, s] - mu
+                acc += d * d
     r = 1.0 / math.sqrt(acc / m + eps)
     mean[n, g] = mu
     rstd[n, g] = r
     for k in range(K):
         scale = r * w[g, k] if has_w else r
         shift = b[g, k] if has_b else 0.0
-        for s in range(S):
-            out[n, g, k, s] = (x[n, g, k, s] - mu) * scale + shift
+        if S == 1:
+            out[n, g, k, 0] = (x[n, g, k, 0] - mu) * scale + shift
+        else:
+            for s in range(S):
+                out[n, g, k, s] = (x[n, g, k, s] - mu) * scale + shift
 
 
 def group_norm_row_backward(x, w, gout, mean, rstd, dx, beta, has_w, n, g):
     """dx of row (n, g) = rstd * (gy - mean(gy) - xhat * mean(gy * xhat)),
-    gy = gout * w, + beta * dx (beta == 0: dx is never read)."""
+    gy = gout * w, + beta * dx (beta == 0: dx is never read); S == 1 as in
+    ``group_norm_row``."""
     K, S = x.shape[2], x.shape[3]
     m = K * S
     mu, r = mean[n, g], rstd[n, g]
@@ -52,32 +67,46 @@ def group_norm_row_backward(x, w, gout, mean, rstd, dx, beta, has_w, n, g):
     s2 = 0.0
     for k in range(K):
         wk = w[g, k] if has_w else 1.0
-        for s in range(S):
-            gy = gout[n, g, k, s] * wk
+        if S == 1:
+            gy = gout[n, g, k, 0] * wk
             s1 += gy
-            s2 += gy * ((x[n, g, k, s] - mu) * r)
+            s2 += gy * ((x[n, g, k, 0] - mu) * r)
+        else:
+            for s in range(S):
+                gy = gout[n, g, k, s] * wk
+                s1 += gy
+                s2 += gy * ((x[n, g, k, s] - mu) * r)
     s1 /= m
     s2 /= m
     for k in range(K):
         wk = w[g, k] if has_w else 1.0
-        for s in range(S):
-            v = r * (gout[n, g, k, s] * wk - s1 - (x[n, g, k, s] - mu) * r * s2)
-            dx[n, g, k, s] = v if beta == 0 else v + beta * dx[n, g, k, s]
+        if S == 1:
+            v = r * (gout[n, g, k, 0] * wk - s1 - (x[n, g, k, 0] - mu) * r * s2)
+            dx[n, g, k, 0] = v if beta == 0 else v + beta * dx[n, g, k, 0]
+        else:
+            for s in range(S):
+                v = r * (gout[n, g, k, s] * wk - s1 - (x[n, g, k, s] - mu) * r * s2)
+                dx[n, g, k, s] = v if beta == 0 else v + beta * dx[n, g, k, s]
 
 
 def group_norm_param_backward(x, gout, mean, rstd, dw, beta_w, need_w, db, beta_b, need_b,
                               g, k):
     """dw[g, k] = sum of gout * xhat and db[g, k] = sum of gout over n and s
-    (each + its beta times what is there)."""
+    (each + its beta times what is there); S == 1 as in ``group_norm_row``."""
     N, S = x.shape[0], x.shape[3]
     aw = 0.0
     ab = 0.0
     for n in range(N):
         mu, r = mean[n, g], rstd[n, g]
-        for s in range(S):
-            gv = gout[n, g, k, s]
-            aw += gv * ((x[n, g, k, s] - mu) * r)
+        if S == 1:
+            gv = gout[n, g, k, 0]
+            aw += gv * ((x[n, g, k, 0] - mu) * r)
             ab += gv
+        else:
+            for s in range(S):
+                gv = gout[n, g, k, s]
+                aw += gv * ((x[n, g, k, s] - mu) * r)
+                ab += gv
     if need_w:
         dw[g, k] = aw if beta_w == 0 else aw + beta_w * dw[g, k]
     if need_b:
