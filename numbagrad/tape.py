@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 import threading
+from threading import get_ident
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class grad_tape:
         _state.depth += 1
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         _state.depth -= 1
 
 
@@ -73,7 +74,7 @@ class _Backward:
         self.collect = collect
         self.pending: dict[Node, Any] = {}
         self.calls: dict[Tensor, Any] = {}
-        self.thread = threading.get_ident()
+        self.thread = get_ident()
         self.defer = defer   # params written per call even when not collecting (or None)
 
     def dest(self, t: Tensor) -> tuple[Any, float]:
@@ -123,10 +124,11 @@ def _reverse_order(root: Node) -> list[Node]:
             _already_run()
         parent = None
         for t in node.inputs:
-            if t._node is not None:
+            below = t._node
+            if below is not None:
                 if parent is not None:
                     return _checked(_reverse_order_general(root))
-                parent = t._node
+                parent = below
         if parent is not None:
             chain.append(parent)
         node = parent

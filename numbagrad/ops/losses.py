@@ -14,8 +14,8 @@ from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
-from ._common import (check_reduction, contiguous, describe, is_scalar, mean_scale, ones,
-                      operand, pair, reshaped, result, scalar_of)
+from ._common import (_F32, _F64, check_reduction, contiguous, describe, is_scalar,
+                      mean_scale, ones, operand, pair, reshaped, result, scalar_of)
 
 
 def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -57,26 +57,30 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
         pd, kern = pred._data, pred._kern
         td = target._data if type(target) is Tensor and target._kern is kern else \
             (target if kern.name == "cpu" and type(target) is np.ndarray else None)
-        if td is not None and td.dtype == pd.dtype and td.shape == pd.shape \
-                and type(pd.shape) is tuple and kern.is_c_contiguous(pd) \
-                and kern.is_c_contiguous(td):
-            return _mse(pred, pd, td, kern, reduction)
+        if td is not None:
+            dtype, shape = pd.dtype, pd.shape
+            if (dtype is _F32 or dtype is _F64) and td.dtype is dtype and type(shape) is tuple \
+                    and td.shape == shape and kern.is_c_contiguous(pd) \
+                    and kern.is_c_contiguous(td):
+                return _mse(pred, pd, td, kern, reduction, dtype, shape)
     pred, target = pair(pred, target, "mse_loss", ("pred", "target"))
     pd, td = pred._data, target._data
     if pd.shape != td.shape:
         raise ValueError(f"mse_loss: pred shape {pd.shape} and target shape "
                          f"{td.shape} differ")
-    return _mse(pred, contiguous(pred), contiguous(target), pred._kern, reduction)
+    pd = contiguous(pred)
+    return _mse(pred, pd, contiguous(target), pred._kern, reduction, pd.dtype, pred.shape)
 
 
-def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
-    dtype, n = pd.dtype, pd.size
+def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str, dtype: Any,
+         shape: tuple) -> Tensor:
+    n = pd.size
     loss = buffers.take(kern, (), dtype)
-    resid = buffers.take(kern, pd.shape, dtype)
+    resid = buffers.take(kern, shape, dtype)
     # _scale(reduction, n), inline
     scale = 1.0 if reduction == "sum" else (1.0 / n if n else math.nan)
     # pd, td and resid: C-contiguous of one rank and dtype; loss: 0-d; a float
-    kernels.call_typed(kern, "mse", n, (dtype, len(pd.shape)), pd, td, loss, resid, scale)
+    kernels.call_typed(kern, "mse", n, (dtype, len(shape)), pd, td, loss, resid, scale)
     # result(loss, kern, (pred,), _loss_backward, (resid,)), inline
     if pred.requires_grad and _tape_state.depth > 0:
         return Tensor(loss, kern, True, Node(_loss_backward, (pred,), (resid,)), loss)

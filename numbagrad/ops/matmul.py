@@ -15,8 +15,8 @@ from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
-from ._common import (broadcast_into, contiguous, describe, is_scalar, ones, pair, permuted,
-                      reduce_into, reshaped, result, scalar_of)
+from ._common import (_F32, _F64, broadcast_into, contiguous, describe, is_scalar, ones, pair,
+                      permuted, reduce_into, reshaped, result, scalar_of)
 
 
 def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
@@ -53,21 +53,21 @@ def matmul(a: Any, b: Any) -> Tensor:
     adjacent, e.g. ``(B, 1, C, n, k) @ (1, H, 1, k, m)``: that operand is first
     expanded to the full batch (one more kernel each way).
     """
-    # The common case, two C-contiguous matrices of one device and dtype,
-    # skips the general checks.
+    # The common case, two C-contiguous float matrices of one device and
+    # dtype, skips the general checks.
     if type(a) is Tensor and type(b) is Tensor:
         ad, bd, kern = a._data, b._data, a._kern
-        sa, sb = ad.shape, bd.shape
-        if b._kern is kern and ad.dtype == bd.dtype and type(sa) is tuple and len(sa) == 2 \
-                and len(sb) == 2 and sa[1] == sb[0] and kern.is_c_contiguous(ad) \
-                and kern.is_c_contiguous(bd):
-            out = buffers.take(kern, (sa[0], sb[1]), ad.dtype)
-            # three C-contiguous matrices of one dtype, two ints, two floats
-            kernels.call_typed(kern, "gemm", 0, ad.dtype, ad, bd, out, 0, 0, 1.0, 0.0)
-            # result(out, kern, (a, b), _matmul_backward, saved), inline
+        dtype, sa, sb = ad.dtype, ad.shape, bd.shape
+        if b._kern is kern and (dtype is _F32 or dtype is _F64) and bd.dtype is dtype \
+                and type(sa) is tuple and len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] \
+                and kern.is_c_contiguous(ad) and kern.is_c_contiguous(bd):
+            out = buffers.take(kern, (sa[0], sb[1]), dtype)
+            # three C-contiguous matrices of one float dtype, two ints, two floats
+            kernels.call_typed(kern, "gemm", 0, dtype, ad, bd, out, 0, 0, 1.0, 0.0)
+            # result(out, kern, (a, b), _matmul2d_backward, saved), inline
             if (a.requires_grad or b.requires_grad) and _tape_state.depth > 0:
                 return Tensor(out, kern, True,
-                              Node(_matmul_backward, (a, b), (ad, 0, bd, 0, None)), out)
+                              Node(_matmul2d_backward, (a, b), (ad, 0, bd, 0, None)), out)
             return Tensor(out, kern, False, None, out)
     return _matmul_checked(a, b)
 
@@ -242,6 +242,29 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         dest, beta = ctx.dest(b)
         run(kern, "gemm", 0, g2.dtype, am, g2, dest if b2 is None else _as_matrix(dest, b2),
             1 - ta, 0, 1.0, beta)
+
+
+def _matmul2d_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    """``_matmul_backward`` for the fast path's two C-contiguous float matrices,
+    whose output gradient is a C-contiguous matrix of the output's shape (a
+    pooled array, or a loss's gradient of its input): the typed calls, without
+    the general case's shape and layout bookkeeping."""
+    a, b = node.inputs
+    ad, _, bd, _, _ = node.saved
+    kern = a._kern
+    if gout is None:
+        g = ones(kern, (ad.shape[0], bd.shape[1]), ad.dtype)
+    elif kern.is_c_contiguous(gout):
+        g = gout
+    else:   # (no op hands on a strided gradient; the general backward copes with one)
+        return _matmul_backward(ctx, node, gout)
+    dtype = g.dtype
+    if a.requires_grad:   # dA = G @ B^T
+        dest, beta = ctx.dest(a)
+        kernels.call_typed(kern, "gemm", 0, dtype, g, bd, dest, 0, 1, 1.0, beta)
+    if b.requires_grad:   # dB = A^T @ G
+        dest, beta = ctx.dest(b)
+        kernels.call_typed(kern, "gemm", 0, dtype, ad, g, dest, 1, 0, 1.0, beta)
 
 
 def _call_untyped(kern: Any, name: str, size: int, key: Any, *args: Any) -> None:
