@@ -63,11 +63,11 @@ def matmul(a: Any, b: Any) -> Tensor:
                 and kern.is_c_contiguous(ad) and kern.is_c_contiguous(bd):
             out = buffers.take(kern, (sa[0], sb[1]), dtype)
             # three C-contiguous matrices of one float dtype, two ints, two floats
-            kernels.call_typed(kern, "gemm", 0, dtype, ad, bd, out, 0, 0, 1.0, 0.0)
-            # result(out, kern, (a, b), _matmul2d_backward, saved), inline
+            kernels.typed(kern, "gemm", 0, dtype)(ad, bd, out, 0, 0, 1.0, 0.0)
+            # result(out, kern, (a, b), _matmul_backward, saved), inline
             if (a.requires_grad or b.requires_grad) and _tape_state.depth > 0:
                 return Tensor(out, kern, True,
-                              Node(_matmul2d_backward, (a, b), (ad, 0, bd, 0, None)), out)
+                              Node(_matmul_backward, (a, b), (ad, 0, bd, 0, None)), out)
             return Tensor(out, kern, False, None, out)
     return _matmul_checked(a, b)
 
@@ -218,6 +218,17 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     a, b = node.inputs
     ad, ta, bd, tb, shapes = node.saved
     kern = a._kern
+    if shapes is None and not ta and not tb and gout is not None and kern.is_c_contiguous(gout):
+        # Two C-contiguous matrices (the fast path's) and a C-contiguous gradient
+        # of the output's shape, as every gradient is: the typed calls at once.
+        dtype = gout.dtype
+        if a.requires_grad:   # dA = G @ B^T
+            dest, beta = ctx.dest(a)
+            kernels.typed(kern, "gemm", 0, dtype)(gout, bd, dest, 0, 1, 1.0, beta)
+        if b.requires_grad:   # dB = A^T @ G
+            dest, beta = ctx.dest(b)
+            kernels.typed(kern, "gemm", 0, dtype)(ad, gout, dest, 1, 0, 1.0, beta)
+        return
     if shapes is not None:
         a2, b2 = shapes
         am, bm = _as_matrix(ad, a2, ta), _as_matrix(bd, b2, tb)
@@ -242,29 +253,6 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         dest, beta = ctx.dest(b)
         run(kern, "gemm", 0, g2.dtype, am, g2, dest if b2 is None else _as_matrix(dest, b2),
             1 - ta, 0, 1.0, beta)
-
-
-def _matmul2d_backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    """``_matmul_backward`` for the fast path's two C-contiguous float matrices,
-    whose output gradient is a C-contiguous matrix of the output's shape (a
-    pooled array, or a loss's gradient of its input): the typed calls, without
-    the general case's shape and layout bookkeeping."""
-    a, b = node.inputs
-    ad, _, bd, _, _ = node.saved
-    kern = a._kern
-    if gout is None:
-        g = ones(kern, (ad.shape[0], bd.shape[1]), ad.dtype)
-    elif kern.is_c_contiguous(gout):
-        g = gout
-    else:   # (no op hands on a strided gradient; the general backward copes with one)
-        return _matmul_backward(ctx, node, gout)
-    dtype = g.dtype
-    if a.requires_grad:   # dA = G @ B^T
-        dest, beta = ctx.dest(a)
-        kernels.call_typed(kern, "gemm", 0, dtype, g, bd, dest, 0, 1, 1.0, beta)
-    if b.requires_grad:   # dB = A^T @ G
-        dest, beta = ctx.dest(b)
-        kernels.call_typed(kern, "gemm", 0, dtype, ad, g, dest, 1, 0, 1.0, beta)
 
 
 def _call_untyped(kern: Any, name: str, size: int, key: Any, *args: Any) -> None:
@@ -359,8 +347,8 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     fused = codes.IDENT if kept else code
     if bias is None:
         # C-contiguous x2, wd, its row wd[0] and pre of one dtype, ints, a dtype scalar
-        kernels.call_typed(kern, "linear", 0, dtype, x2, wd, wd[0], pre, 0, fused,
-                           scalar_of(dtype, p))
+        kernels.typed(kern, "linear", 0, dtype)(x2, wd, wd[0], pre, 0, fused,
+                                                scalar_of(dtype, p))
         inputs = (x, weight)
     else:
         bd = bias._data
