@@ -22,7 +22,16 @@ from .tensor import Tensor, _seen, _wrappers
 
 
 class _State(threading.local):
-    depth = 0   # > 0 while this thread is inside at least one grad_tape block
+    """This thread's tape depth, ``box[0]``: > 0 while it is inside at least one
+    grad_tape block. A one-element list, so that entering or leaving a tape
+    reads the thread-local state once instead of reading and writing it."""
+
+    def __init__(self) -> None:
+        self.box = [0]
+
+    @property
+    def depth(self) -> int:
+        return self.box[0]
 
 
 _state = _State()
@@ -38,11 +47,11 @@ class grad_tape:
     __slots__ = ()
 
     def __enter__(self) -> grad_tape:
-        _state.depth += 1
+        _state.box[0] += 1
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        _state.depth -= 1
+        _state.box[0] -= 1
 
 
 class Node:

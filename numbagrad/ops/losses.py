@@ -74,7 +74,7 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     # pd, td and resid: C-contiguous of one rank and dtype; loss: 0-d; a float
     kernels.typed(kern, "mse", n, (dtype, len(shape)))(pd, td, loss, resid, scale)
     # result(loss, kern, (pred,), _loss_backward, (resid,)), inline
-    if pred.requires_grad and _tape_state.depth > 0:
+    if pred.requires_grad and _tape_state.box[0] > 0:
         return Tensor(loss, kern, True, Node(_loss_backward, (pred,), (resid,)), loss)
     return Tensor(loss, kern, False, None, loss)
 

@@ -65,7 +65,7 @@ def matmul(a: Any, b: Any) -> Tensor:
             # three C-contiguous matrices of one float dtype, two ints, two floats
             kernels.typed(kern, "gemm", 0, dtype)(ad, bd, out, 0, 0, 1.0, 0.0)
             # result(out, kern, (a, b), _matmul_backward, saved), inline
-            if (a.requires_grad or b.requires_grad) and _tape_state.depth > 0:
+            if (a.requires_grad or b.requires_grad) and _tape_state.box[0] > 0:
                 return Tensor(out, kern, True,
                               Node(_matmul_backward, (a, b), (ad, 0, bd, 0, None)), out)
             return Tensor(out, kern, False, None, out)
