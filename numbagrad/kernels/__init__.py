@@ -249,7 +249,7 @@ def typed(kern: ModuleType, name: str, size: int, key: Any) -> Callable:
     """What ``call_typed(kern, name, size, key, *args)`` runs, to be called
     with ``*args`` at once: the compiled specialisation, or a function that
     takes ``call_typed``'s other paths. The hot sites call it so, which spares
-    them a variadic call (about a third of a tiny kernel's overhead)."""
+    them a variadic call and its argument tuple."""
     fn = _typed.get((kern, name, key))
     if fn is None or _observer is not None or CHECK_TYPED or size >= kern.MT_MIN:
         return functools.partial(_call_typed_slow, kern, name, size, key, fn)
