@@ -97,15 +97,15 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
         return kern.empty(shape, dtype)
     key = (shape, dtype, kern)
     free = _local.free
-    pool = free.get(key)
-    if pool is None:
+    try:
+        pool = free[key]
+    except KeyError:
         pool = free[key] = []
-    else:
-        # the scan of ``_scan``, inline (one call less per op): ``_verify``
-        # checks at import that it sees the same counts
-        for array in pool:
-            if _refs(array) == idle:
-                return array
+    # the scan of ``_scan``, inline (one call less per op): ``_verify``
+    # checks at import that it sees the same counts
+    for array in pool:
+        if _refs(array) == idle:
+            return array
     array = kern.empty(shape, dtype)
     if len(pool) < _MAX_PER_KEY:
         pool.append(array)

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 import threading
+from threading import get_ident
 
 import numpy as np
 
@@ -21,7 +22,16 @@ from .tensor import Tensor, _seen, _wrappers
 
 
 class _State(threading.local):
-    depth = 0   # > 0 while this thread is inside at least one grad_tape block
+    """This thread's tape depth, ``box[0]``: > 0 while it is inside at least one
+    grad_tape block. A one-element list, so that entering or leaving a tape
+    reads the thread-local state once instead of reading and writing it."""
+
+    def __init__(self) -> None:
+        self.box = [0]
+
+    @property
+    def depth(self) -> int:
+        return self.box[0]
 
 
 _state = _State()
@@ -37,11 +47,11 @@ class grad_tape:
     __slots__ = ()
 
     def __enter__(self) -> grad_tape:
-        _state.depth += 1
+        _state.box[0] += 1
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        _state.depth -= 1
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        _state.box[0] -= 1
 
 
 class Node:
@@ -73,7 +83,7 @@ class _Backward:
         self.collect = collect
         self.pending: dict[Node, Any] = {}
         self.calls: dict[Tensor, Any] = {}
-        self.thread = threading.get_ident()
+        self.thread = get_ident()
         self.defer = defer   # params written per call even when not collecting (or None)
 
     def dest(self, t: Tensor) -> tuple[Any, float]:
@@ -123,10 +133,11 @@ def _reverse_order(root: Node) -> list[Node]:
             _already_run()
         parent = None
         for t in node.inputs:
-            if t._node is not None:
+            below = t._node
+            if below is not None:
                 if parent is not None:
                     return _checked(_reverse_order_general(root))
-                parent = t._node
+                parent = below
         if parent is not None:
             chain.append(parent)
         node = parent

@@ -240,15 +240,24 @@ def call_typed(kern: ModuleType, name: str, size: int, key: Any, *args: Any) -> 
     runs the compiled specialisation itself, skipping Numba's per-call type
     dispatch (0.1-0.3 µs, a third of a tiny kernel's time); with an observer,
     for a call big enough for the threaded twin, on other devices, or where
-    the lookup finds nothing, it is ``call``."""
+    the lookup finds nothing, it is ``call``. ``typed`` is the same call in
+    two steps."""
+    return typed(kern, name, size, key)(*args)
+
+
+def typed(kern: ModuleType, name: str, size: int, key: Any) -> Callable:
+    """What ``call_typed(kern, name, size, key, *args)`` runs, to be called
+    with ``*args`` at once: the compiled specialisation, or a function that
+    takes ``call_typed``'s other paths. The hot sites call it so, which spares
+    them a variadic call and its argument tuple."""
     fn = _typed.get((kern, name, key))
     if fn is None or _observer is not None or CHECK_TYPED or size >= kern.MT_MIN:
-        return _call_typed_slow(kern, name, size, key, fn, args)
-    return fn(*args)
+        return functools.partial(_call_typed_slow, kern, name, size, key, fn)
+    return fn
 
 
 def _call_typed_slow(kern: ModuleType, name: str, size: int, key: Any, fn: Any,
-                     args: tuple) -> Any:
+                     *args: Any) -> Any:
     if size >= kern.MT_MIN:
         return call(kern, name, size, *args)
     dispatcher = kern.KERNEL_FNS[0][name]

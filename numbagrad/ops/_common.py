@@ -246,7 +246,7 @@ def result(data: Any, kern: ModuleType, inputs: tuple, backward: Any, saved: tup
     (None: of an array the pool does not own)."""
     if pool is _OWN:
         pool = data
-    if tape._state.depth > 0:
+    if tape._state.box[0] > 0:
         for t in inputs:
             if t.requires_grad:
                 return Tensor(data, kern, True, Node(backward, inputs, saved), pool)

@@ -14,8 +14,8 @@ from ..kernels.cpu.losses import first_bad_label
 from ..tape import Node, _Backward
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
-from ._common import (check_reduction, contiguous, describe, is_scalar, mean_scale, ones,
-                      operand, pair, reshaped, result, scalar_of)
+from ._common import (_F32, _F64, check_reduction, contiguous, describe, is_scalar,
+                      mean_scale, ones, operand, pair, reshaped, result, scalar_of)
 
 
 def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -53,34 +53,40 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
         check_reduction("mse_loss", reduction)
     # The common case (a contiguous pred, and a target of the same device,
     # dtype and shape, or a matching host array on the CPU) skips `pair`.
+    fast = False
     if type(pred) is Tensor:
         pd, kern = pred._data, pred._kern
         td = target._data if type(target) is Tensor and target._kern is kern else \
             (target if kern.name == "cpu" and type(target) is np.ndarray else None)
-        if td is not None and td.dtype == pd.dtype and td.shape == pd.shape \
-                and type(pd.shape) is tuple and kern.is_c_contiguous(pd) \
-                and kern.is_c_contiguous(td):
-            return _mse(pred, pd, td, kern, reduction)
-    pred, target = pair(pred, target, "mse_loss", ("pred", "target"))
-    pd, td = pred._data, target._data
-    if pd.shape != td.shape:
-        raise ValueError(f"mse_loss: pred shape {pd.shape} and target shape "
-                         f"{td.shape} differ")
-    return _mse(pred, contiguous(pred), contiguous(target), pred._kern, reduction)
-
-
-def _mse(pred: Tensor, pd: Any, td: Any, kern: Any, reduction: str) -> Tensor:
-    dtype, n = pd.dtype, pd.size
+        if td is not None:
+            dtype, shape = pd.dtype, pd.shape
+            fast = (dtype is _F32 or dtype is _F64) and td.dtype is dtype \
+                and type(shape) is tuple and td.shape == shape and kern.is_c_contiguous(pd) \
+                and kern.is_c_contiguous(td)
+    if not fast:
+        pred, pd, td = _mse_operands(pred, target)
+        kern, dtype, shape = pred._kern, pd.dtype, pred.shape
+    n = pd.size
     loss = buffers.take(kern, (), dtype)
-    resid = buffers.take(kern, pd.shape, dtype)
+    resid = buffers.take(kern, shape, dtype)
     # _scale(reduction, n), inline
     scale = 1.0 if reduction == "sum" else (1.0 / n if n else math.nan)
     # pd, td and resid: C-contiguous of one rank and dtype; loss: 0-d; a float
-    kernels.call_typed(kern, "mse", n, (dtype, len(pd.shape)), pd, td, loss, resid, scale)
+    kernels.typed(kern, "mse", n, (dtype, len(shape)))(pd, td, loss, resid, scale)
     # result(loss, kern, (pred,), _loss_backward, (resid,)), inline
-    if pred.requires_grad and _tape_state.depth > 0:
+    if pred.requires_grad and _tape_state.box[0] > 0:
         return Tensor(loss, kern, True, Node(_loss_backward, (pred,), (resid,)), loss)
     return Tensor(loss, kern, False, None, loss)
+
+
+def _mse_operands(pred: Any, target: Any) -> tuple[Tensor, Any, Any]:
+    """``mse_loss``'s checked operands: pred as a Tensor, and pred's and
+    target's data, C-contiguous (copies where strided)."""
+    pred, target = pair(pred, target, "mse_loss", ("pred", "target"))
+    if pred._data.shape != target._data.shape:
+        raise ValueError(f"mse_loss: pred shape {pred._data.shape} and target shape "
+                         f"{target._data.shape} differ")
+    return pred, contiguous(pred), contiguous(target)
 
 
 def binary_cross_entropy_with_logits(logits: Any, target: Any,
@@ -167,8 +173,8 @@ def _cross_entropy_fused(x: Tensor, kern: Any, shape: tuple, dtype: Any, target:
         loss = buffers.take(kern, (), dtype)
         grad = buffers.take(kern, shape, dtype)
         # C-contiguous logits and gradient of one dtype, int64 labels, a 0-d loss
-        kernels.call_typed(kern, "cross_entropy", grad.size, dtype, contiguous(x), labels, loss,
-                           grad, _scale(reduction, n))
+        kernels.typed(kern, "cross_entropy", grad.size, dtype)(contiguous(x), labels, loss,
+                                                               grad, _scale(reduction, n))
         return result(loss, kern, (x,), _loss_backward, (grad,))
     if len(shape) < 2:
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")

@@ -15,8 +15,8 @@ from ..kernels import scalar as codes
 from ..tape import Node, _Backward
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
-from ._common import (broadcast_into, contiguous, describe, is_scalar, ones, pair, permuted,
-                      reduce_into, reshaped, result, scalar_of)
+from ._common import (_F32, _F64, broadcast_into, contiguous, describe, is_scalar, ones, pair,
+                      permuted, reduce_into, reshaped, result, scalar_of)
 
 
 def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
@@ -53,19 +53,19 @@ def matmul(a: Any, b: Any) -> Tensor:
     adjacent, e.g. ``(B, 1, C, n, k) @ (1, H, 1, k, m)``: that operand is first
     expanded to the full batch (one more kernel each way).
     """
-    # The common case, two C-contiguous matrices of one device and dtype,
-    # skips the general checks.
+    # The common case, two C-contiguous float matrices of one device and
+    # dtype, skips the general checks.
     if type(a) is Tensor and type(b) is Tensor:
         ad, bd, kern = a._data, b._data, a._kern
-        sa, sb = ad.shape, bd.shape
-        if b._kern is kern and ad.dtype == bd.dtype and type(sa) is tuple and len(sa) == 2 \
-                and len(sb) == 2 and sa[1] == sb[0] and kern.is_c_contiguous(ad) \
-                and kern.is_c_contiguous(bd):
-            out = buffers.take(kern, (sa[0], sb[1]), ad.dtype)
-            # three C-contiguous matrices of one dtype, two ints, two floats
-            kernels.call_typed(kern, "gemm", 0, ad.dtype, ad, bd, out, 0, 0, 1.0, 0.0)
+        dtype, sa, sb = ad.dtype, ad.shape, bd.shape
+        if b._kern is kern and (dtype is _F32 or dtype is _F64) and bd.dtype is dtype \
+                and type(sa) is tuple and len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] \
+                and kern.is_c_contiguous(ad) and kern.is_c_contiguous(bd):
+            out = buffers.take(kern, (sa[0], sb[1]), dtype)
+            # three C-contiguous matrices of one float dtype, two ints, two floats
+            kernels.typed(kern, "gemm", 0, dtype)(ad, bd, out, 0, 0, 1.0, 0.0)
             # result(out, kern, (a, b), _matmul_backward, saved), inline
-            if (a.requires_grad or b.requires_grad) and _tape_state.depth > 0:
+            if (a.requires_grad or b.requires_grad) and _tape_state.box[0] > 0:
                 return Tensor(out, kern, True,
                               Node(_matmul_backward, (a, b), (ad, 0, bd, 0, None)), out)
             return Tensor(out, kern, False, None, out)
@@ -218,6 +218,17 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     a, b = node.inputs
     ad, ta, bd, tb, shapes = node.saved
     kern = a._kern
+    if shapes is None and not ta and not tb and gout is not None and kern.is_c_contiguous(gout):
+        # Two C-contiguous matrices (the fast path's) and a C-contiguous gradient
+        # of the output's shape, as every gradient is: the typed calls at once.
+        dtype = gout.dtype
+        if a.requires_grad:   # dA = G @ B^T
+            dest, beta = ctx.dest(a)
+            kernels.typed(kern, "gemm", 0, dtype)(gout, bd, dest, 0, 1, 1.0, beta)
+        if b.requires_grad:   # dB = A^T @ G
+            dest, beta = ctx.dest(b)
+            kernels.typed(kern, "gemm", 0, dtype)(ad, gout, dest, 1, 0, 1.0, beta)
+        return
     if shapes is not None:
         a2, b2 = shapes
         am, bm = _as_matrix(ad, a2, ta), _as_matrix(bd, b2, tb)
@@ -336,8 +347,8 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     fused = codes.IDENT if kept else code
     if bias is None:
         # C-contiguous x2, wd, its row wd[0] and pre of one dtype, ints, a dtype scalar
-        kernels.call_typed(kern, "linear", 0, dtype, x2, wd, wd[0], pre, 0, fused,
-                           scalar_of(dtype, p))
+        kernels.typed(kern, "linear", 0, dtype)(x2, wd, wd[0], pre, 0, fused,
+                                                scalar_of(dtype, p))
         inputs = (x, weight)
     else:
         bd = bias._data

@@ -95,7 +95,7 @@ class Group:
 
     def grad_flags(self) -> tuple:
         """Which params hold a gradient in ``.grad`` (the live flags of a grad window)."""
-        return tuple(p._live for p in self.params)
+        return tuple([p._live for p in self.params])   # (a list is cheaper than a generator)
 
     def set_live(self, flags: tuple) -> None:
         if flags != self.live_flags:

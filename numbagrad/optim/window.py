@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import kernels
+from ..kernels import cpu as cpu_kernels
 from ..kernels.cpu import boundary as bk
 from ..kernels.cpu import optim as optim_kernels
 from ..tensor import Tensor
@@ -344,7 +345,8 @@ class Boundary:
     (armed by ``FusedUpdate``) and then calls ``applied``.
     """
 
-    __slots__ = ("after", "args", "ctl", "cells", "group", "kernel", "sent", "values", "win")
+    __slots__ = ("after", "args", "ctl", "cells", "group", "kernel", "run", "sent", "values",
+                 "win")
 
     def __init__(self, win: Window, spec: BoundaryKernel, ctl: np.ndarray) -> None:
         self.win = win
@@ -353,6 +355,10 @@ class Boundary:
         self.ctl = ctl
         self.cells = memoryview(ctl)   # ctl's elements as Python floats (cheaper than ctl[i])
         self.sent: tuple = ()   # the values last written to ctl[LR:]
+        # The kernel's compiled specialisation for ``args`` (the same arrays on
+        # every close, so the same types), found after the first, dispatched,
+        # close: calling it skips Numba's typing of a dozen arrays per close.
+        self.run = None
 
     @classmethod
     def build(cls, win: Window, rule: Rule) -> Boundary | None:
@@ -382,7 +388,12 @@ class Boundary:
         if the caller has them): True when the update was applied. False (a
         non-finite total) changes nothing that ``Window.close`` reads."""
         self.arm(lr, positions, self.group.grad_flags() if live is None else live)
-        self.kernel(*self.args)
+        run = self.run
+        if run is None:
+            self.kernel(*self.args)
+            self.run = cpu_kernels.entry_point(self.kernel, self.args) or self.kernel
+        else:
+            run(*self.args)
         return self.applied()
 
     def applied(self) -> bool:
