@@ -106,6 +106,16 @@ def measure_row(case: str, dtype: str, opt_kind: str, args: argparse.Namespace,
     return row
 
 
+def _case_list(text: str) -> list[str]:
+    """``--cases gpt,cnn``: the names, each checked."""
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in CASES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown case {', '.join(unknown) or repr(text)} "
+                                         f"(choose from {', '.join(CASES)})")
+    return names
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, with the defaults ``--quick`` changes filled in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -114,7 +124,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              f"short rounds, torch.compile on the MLP cases only: a few "
                              f"minutes on two cores")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--cases", nargs="+", default=None, choices=list(CASES))
+    parser.add_argument("--cases", nargs="+", default=None, type=_case_list,
+                        metavar="CASE", help=f"cases to run, space- or comma-separated: "
+                                             f"{', '.join(CASES)}")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"],
                         choices=["float32", "float64"], help="of the linear cases")
     parser.add_argument("--optimizers", nargs="+", default=["sgd", "adam"],
@@ -142,7 +154,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--plot", metavar="PATH")
     args = parser.parse_args(argv)
-    args.cases = args.cases or (QUICK_CASES if args.quick else list(CASES))
+    args.cases = ([c for group in args.cases for c in group] if args.cases else
+                  QUICK_CASES if args.quick else list(CASES))
     args.repeats_given = args.repeats is not None
     args.repeats = args.repeats or (5 if args.quick else 9)
     args.min_time = args.min_time if args.min_time is not None else (

@@ -121,6 +121,14 @@ def test_bench_repeat_flag_and_its_old_spelling():
     assert bench.rows_of("mlp-small", ["float64"], ["sgd"]) == [bench.MLP_ROW]
 
 
+def test_cases_take_commas_and_spaces_and_refuse_unknown_names(capsys):
+    assert bench.parse(["--cases", "gpt,cnn"]).cases == ["gpt", "cnn"]
+    assert bench.parse(["--cases", "tiny", "cnn,dqn"]).cases == ["tiny", "cnn", "dqn"]
+    with pytest.raises(SystemExit):
+        bench.parse(["--cases", "cnn,nope"])
+    assert "unknown case nope" in capsys.readouterr().err
+
+
 def test_peers_are_timed_interleaved_round_by_round():
     calls = []
 
