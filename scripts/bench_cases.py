@@ -31,7 +31,7 @@ CASES = {
 MLP_ROW = ("float32", "adam")        # the one (dtype, optimizer) an MLP or bmm case runs
 QUICK_CASES = ["tiny", "small", "large", "mlp-small", "mlp-large", "bmm", "cnn"]
 QUICK_FLOAT32_ONLY = ("large",)      # --quick keeps to a few minutes on two cores:
-QUICK_ROUNDS = {"large": 3, "mlp-large": 3}    # fewer rounds for the slow cases
+QUICK_ROUNDS = {"large": 3, "mlp-large": 3, "cnn": 3, "attention": 3}   # the slow cases
 
 # --- attention: causal SDPA forward and backward, q, k, v learned (batch, heads, T, d)
 CASES["attention"] = {"kind": "attention", "shape": (12, 4, 64, 32)}
