@@ -819,6 +819,13 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     put = lambda a: jax.device_put(a, dev)
     p = [put(w) for w in params]
     x, y = (None if x0 is None else put(x0)), put(y0)
+    return _jax_micro_step(jax, optax, loss_fn, tx, p, x, y,
+                           lambda p: [np.array(w) for w in p])
+
+
+def _jax_micro_step(jax, optax, loss_fn, tx, p, x, y, weights) -> Callable[[], None]:
+    """The micro-step ``jax.jit(value_and_grad(loss_fn) + tx.update)`` on
+    params ``p`` (a pytree), buffers donated; ``weights(p)``: its NumPy arrays."""
     value_and_grad = jax.value_and_grad(loss_fn)
 
     def step(p, s, x, y):
@@ -832,7 +839,7 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
         state["p"], state["s"], _ = step(state["p"], state["s"], x, y)
     micro_step.sync = lambda: jax.block_until_ready(state["p"])
     micro_step.warmup_calls = 1        # the first call compiles both branches of the window
-    micro_step.weights = lambda: [np.array(w) for w in state["p"]]
+    micro_step.weights = lambda: weights(state["p"])
     return micro_step
 
 
@@ -881,21 +888,8 @@ def _jax_gpt_step(jax, jnp, optax, case, dtype, dev):
     tx = optax.MultiSteps(base, every_k_schedule=K, accumulator_dtype=np.dtype(dtype))
     p = {n: jax.device_put(state[n], dev) for n in names}
     x, y = jax.device_put(x0, dev), jax.device_put(y0, dev)
-    value_and_grad = jax.value_and_grad(loss_fn)
-
-    def step(p, s, x, y):
-        loss, grads = value_and_grad(p, x, y)
-        updates, s = tx.update(grads, s, p)
-        return optax.apply_updates(p, updates), s, loss
-    step = jax.jit(step, donate_argnums=(0, 1))
-    box = {"p": p, "s": tx.init(p)}
-
-    def micro_step():
-        box["p"], box["s"], _ = step(box["p"], box["s"], x, y)
-    micro_step.sync = lambda: jax.block_until_ready(box["p"])
-    micro_step.warmup_calls = 1
-    micro_step.weights = lambda: [np.array(box["p"][n]) for n in names]
-    return micro_step
+    return _jax_micro_step(jax, optax, loss_fn, tx, p, x, y,
+                           lambda p: [np.array(p[n]) for n in names])
 
 
 def _jax_cnn_loss(jax, jnp, optax):

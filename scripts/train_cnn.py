@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 import numbagrad as ng  # noqa: E402
 from bench_peers import cnn_model  # noqa: E402  (the one definition of the network)
 from numbagrad.serialization import load, save  # noqa: E402
-from train_mlp import plot  # noqa: E402
+from train_mlp import plot, progress_bar, refuse_other_settings  # noqa: E402
 
 CASE = "cnn"
 # The settings a checkpoint must agree with to be resumed (--compile may differ: same bits).
@@ -136,15 +136,9 @@ def train_epoch(step, opt, X, y, epoch, args, bar) -> float:
 
 
 def progress(args: argparse.Namespace, first_epoch: int) -> object | None:
-    if args.no_progress:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
     per_epoch = batches_per_epoch(args)
-    return tqdm(total=per_epoch * args.epochs, initial=per_epoch * first_epoch, unit="batch",
-                desc="train_cnn digits", dynamic_ncols=True, file=sys.stderr)
+    return progress_bar(args, total=per_epoch * args.epochs, initial=per_epoch * first_epoch,
+                        unit="batch", desc="train_cnn digits")
 
 
 def run_settings(args: argparse.Namespace) -> dict:
@@ -163,12 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
     first = 0
     if args.resume:
         ckpt = load(args.resume)
-        mine = run_settings(args)
-        diff = {k: (ckpt["settings"].get(k), v) for k, v in mine.items()
-                if ckpt["settings"].get(k) != v}
-        if diff:
-            raise SystemExit(f"{args.resume} was written with other settings "
-                             f"(checkpoint, now): {diff}")
+        refuse_other_settings(args.resume, ckpt["settings"], run_settings(args))
         if ckpt["epochs"] != args.epochs:   # the schedule's length depends on it
             raise SystemExit(f"{args.resume} is a run of --epochs {ckpt['epochs']}; "
                              "resume it with the same --epochs")

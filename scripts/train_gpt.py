@@ -47,6 +47,7 @@ from gpt_model import GPT, GPTConfig  # noqa: E402  (puts numbagrad on the path)
 
 import numbagrad as ng  # noqa: E402
 from numbagrad.serialization import load, save  # noqa: E402
+from train_mlp import progress_bar, refuse_other_settings  # noqa: E402
 
 # The settings a checkpoint must agree with to be resumed.
 RUN_KEYS = ("data", "batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
@@ -277,14 +278,8 @@ def generate(logits_of: Any, start: int, n: int, block: int, temperature: float,
 
 
 def progress(args: argparse.Namespace, first: int) -> Any:
-    if args.no_progress:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=args.max_iters, initial=first, unit="it", dynamic_ncols=True,
-                desc=f"train_gpt {args.peer}", file=sys.stderr)
+    return progress_bar(args, total=args.max_iters, initial=first, unit="it",
+                        desc=f"train_gpt {args.peer}")
 
 
 def plot(history: dict, path: str, title: str) -> None:
@@ -317,12 +312,7 @@ def train_numbagrad(args, train, val_batches, vocab, report) -> tuple[dict, GPT,
     first = 0
     if args.resume:
         ckpt = load(args.resume)
-        mine = run_settings(args)
-        diff = {k: (ckpt["settings"].get(k), v) for k, v in mine.items()
-                if ckpt["settings"].get(k) != v}
-        if diff:
-            raise SystemExit(f"{args.resume} was written with other settings "
-                             f"(checkpoint, now): {diff}")
+        refuse_other_settings(args.resume, ckpt["settings"], run_settings(args))
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         ng.random.set_state(ckpt["random"])

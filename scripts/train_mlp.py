@@ -165,17 +165,30 @@ def train_epoch(model, opt, weights, X, y, epoch, args, bar) -> float:
     return total / n
 
 
-def progress(args: argparse.Namespace, first_epoch: int) -> object | None:
+def progress_bar(args: argparse.Namespace, **bar: object) -> object | None:
+    """A tqdm bar on stderr with ``bar``'s settings (the model scripts share it),
+    or None with ``--no-progress`` or without tqdm."""
     if args.no_progress:
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return None
+    return tqdm(dynamic_ncols=True, file=sys.stderr, **bar)
+
+
+def refuse_other_settings(path: str, saved: dict, mine: dict) -> None:
+    """Exit naming every setting of ``mine`` the checkpoint at ``path`` was
+    written with otherwise (the model scripts share it)."""
+    diff = {k: (saved.get(k), mine[k]) for k in mine if saved.get(k) != mine[k]}
+    if diff:
+        raise SystemExit(f"{path} was written with other settings (checkpoint, now): {diff}")
+
+
+def progress(args: argparse.Namespace, first_epoch: int) -> object | None:
     per_epoch = math.ceil(args._n_train / args.batch_size)
-    return tqdm(total=per_epoch * args.epochs, initial=per_epoch * first_epoch,
-                unit="batch", desc=f"train_mlp {args.data}", dynamic_ncols=True,
-                file=sys.stderr)
+    return progress_bar(args, total=per_epoch * args.epochs, initial=per_epoch * first_epoch,
+                        unit="batch", desc=f"train_mlp {args.data}")
 
 
 def plot(history: dict, path: str, title: str) -> None:
@@ -258,12 +271,7 @@ def main(argv: list[str] | None = None) -> dict:
     first = 0
     if args.resume:
         ckpt = load(args.resume)
-        saved = ckpt["settings"]
-        mine = run_settings(args)
-        diff = {k: (saved.get(k), mine[k]) for k in mine if saved.get(k) != mine[k]}
-        if diff:
-            raise SystemExit(f"{args.resume} was written with other settings "
-                             f"(checkpoint, now): {diff}")
+        refuse_other_settings(args.resume, ckpt["settings"], run_settings(args))
         if ckpt["epochs"] != args.epochs:   # the schedule's length depends on it
             raise SystemExit(f"{args.resume} is a run of --epochs {ckpt['epochs']}; "
                              "resume it with the same --epochs")

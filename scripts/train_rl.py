@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import numbagrad as ng  # noqa: E402
 from bench_peers import DQN_NAMES, dqn_model, ng_td_loss, torch_td_loss  # noqa: E402
+from train_mlp import progress_bar  # noqa: E402
 
 CASE = "dqn"          # the bench case whose Q-network this trains
 ENV = "CartPole-v1"
@@ -278,14 +279,7 @@ def run(agent_cls, args: argparse.Namespace, out=print) -> dict:
 
 
 def progress(args: argparse.Namespace, name: str) -> object | None:
-    if args.no_progress:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=args.total_steps, unit="step", desc=f"train_rl {name}",
-                dynamic_ncols=True, file=sys.stderr)
+    return progress_bar(args, total=args.total_steps, unit="step", desc=f"train_rl {name}")
 
 
 def report(result: dict, args: argparse.Namespace) -> str:
