@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import numbagrad as ng  # noqa: E402
 from bench_peers import cnn_model  # noqa: E402  (the one definition of the network)
-from numbagrad.serialization import load, save  # noqa: E402
-from train_mlp import plot, progress_bar, refuse_other_settings  # noqa: E402
+from numbagrad.serialization import save  # noqa: E402
+from train_mlp import plot, progress_bar, resume_epochs  # noqa: E402
 
 CASE = "cnn"
 # The settings a checkpoint must agree with to be resumed (--compile may differ: same bits).
@@ -156,16 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
     history = {"train_loss": [], "train_acc": [], "test_loss": [], "test_acc": []}
     first = 0
     if args.resume:
-        ckpt = load(args.resume)
-        refuse_other_settings(args.resume, ckpt["settings"], run_settings(args))
-        if ckpt["epochs"] != args.epochs:   # the schedule's length depends on it
-            raise SystemExit(f"{args.resume} is a run of --epochs {ckpt['epochs']}; "
-                             "resume it with the same --epochs")
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        history = {k: list(v) for k, v in ckpt["history"].items()}
-        first = ckpt["epoch"]
-        print(f"resumed {args.resume} after epoch {first} ({opt.t} updates)")
+        history, first = resume_epochs(args, run_settings(args), model, opt)
     cross_entropy = ng.cross_entropy
 
     def loss_fn(x, labels):

@@ -185,6 +185,22 @@ def refuse_other_settings(path: str, saved: dict, mine: dict) -> None:
         raise SystemExit(f"{path} was written with other settings (checkpoint, now): {diff}")
 
 
+def resume_epochs(args: argparse.Namespace, settings: dict, model, opt) -> tuple[dict, int]:
+    """Load ``--resume``'s checkpoint of an epoch-based script (this one's and
+    train_cnn's) into ``model`` and ``opt``: (its history, the epochs done),
+    after refusing other settings or another ``--epochs``."""
+    ckpt = load(args.resume)
+    refuse_other_settings(args.resume, ckpt["settings"], settings)
+    if ckpt["epochs"] != args.epochs:   # the schedule's length depends on it
+        raise SystemExit(f"{args.resume} is a run of --epochs {ckpt['epochs']}; "
+                         "resume it with the same --epochs")
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    first = ckpt["epoch"]
+    print(f"resumed {args.resume} after epoch {first} ({opt.t} updates)")
+    return {k: list(v) for k, v in ckpt["history"].items()}, first
+
+
 def progress(args: argparse.Namespace, first_epoch: int) -> object | None:
     per_epoch = math.ceil(args._n_train / args.batch_size)
     return progress_bar(args, total=per_epoch * args.epochs, initial=per_epoch * first_epoch,
@@ -270,16 +286,7 @@ def main(argv: list[str] | None = None) -> dict:
     history = {"train_loss": [], "train_acc": [], "test_loss": [], "test_acc": [], "lr": []}
     first = 0
     if args.resume:
-        ckpt = load(args.resume)
-        refuse_other_settings(args.resume, ckpt["settings"], run_settings(args))
-        if ckpt["epochs"] != args.epochs:   # the schedule's length depends on it
-            raise SystemExit(f"{args.resume} is a run of --epochs {ckpt['epochs']}; "
-                             "resume it with the same --epochs")
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        history = {k: list(v) for k, v in ckpt["history"].items()}
-        first = ckpt["epoch"]
-        print(f"resumed {args.resume} after epoch {first} ({opt.t} updates)")
+        history, first = resume_epochs(args, run_settings(args), model, opt)
     print(f"{args.data}: {len(X_tr)} train / {len(X_te)} test, {X_tr.shape[1]} features, "
           f"{n_classes} classes; MLP {[X_tr.shape[1], *args.hidden, n_classes]}, "
           f"{args.batch_size} x {args.accumulate} per update, {args.dtype} on {args.device}")
