@@ -149,11 +149,7 @@ def max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
                     o += 1
         return
     # window[q * T + t]: the t-th position (row-major) of window q, -1 in the padding
-    window = np.empty((T, P), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            window[i * kw + j] = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
-    window = window.T.copy().reshape(P * T)
+    window = _patch_offsets(OH, OW, H, W, kh, kw, sh, sw, ph, pw, dh, dw)
     first = np.empty(P, np.int64)   # idx of a window whose max is never set: its first
     for q in range(P):              # in-bounds row and column, as PyTorch
         oh, ow = q // OW, q % OW
