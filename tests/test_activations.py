@@ -1,6 +1,8 @@
 """Issue 17's activations (gelu, silu, softplus, abs, clamp/clip, maximum,
 minimum) and linear's gelu/silu epilogue: values and every gradient against
 PyTorch on both devices, any rank, ties, +-inf and nan, bad input."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -149,3 +151,48 @@ def test_cuda_launch_bounds():
     b, w = dev.param(np.zeros(3)), dev.param(np.ones((3, 3)))
     forward, _ = cuda_launches(lambda t: ng.linear(t, w, b, activation="gelu"), x)
     assert forward == 2      # the GEMM with the bias folded in, then gelu
+
+
+def test_float32_gelu_fast_path_accuracy_on_the_cpu():
+    """The CPU computes float32's exact GELU with vectorisable erfc and exp
+    (kernels/cpu/vmath.py): within 3e-7 relative of the float64 formula
+    everywhere (the left tail too, where 1 + erf would cancel), the gradient
+    within 2e-7 absolute, the same bits from the threaded twin and from a
+    strided input, and PyTorch's values at +-inf and nan."""
+    from numbagrad.kernels import cpu as kcpu
+    from numbagrad.kernels import scalar as codes
+    x64 = np.concatenate([np.linspace(-18.0, 18.0, 200_001), [16.0, -16.0, 1e-30, -1e-30, 0.0]])
+    x = x64.astype(np.float32)
+    exact = x.astype(np.float64)
+    p = ng.param(x)
+    with ng.grad_tape():
+        out = ng.gelu(p)
+        loss = out.sum()
+    grad = ng.backward(loss)[p.id]
+    phi = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in exact])
+    want = exact * phi
+    want_grad = phi + exact * np.exp(-0.5 * exact * exact) / math.sqrt(2 * math.pi)
+    got = out.numpy().astype(np.float64)
+    big = np.abs(want) > 1e-37                  # float32's normal range
+    np.testing.assert_allclose(got[big], want[big], rtol=3e-7, atol=0)
+    assert np.all(np.abs(got[~big]) <= 1e-37)
+    np.testing.assert_allclose(grad.astype(np.float64), want_grad, rtol=0, atol=2e-7)
+    # the threaded twin and the strided kernel run the same expression
+    rows = x[:200_000].reshape(400, 500)
+    f32 = np.float32
+    serial, threaded = np.empty_like(rows), np.empty_like(rows)
+    kcpu.unary(codes.GELU, rows, serial, f32(0), f32(1), f32(0))
+    kcpu.unary_mt(codes.GELU, rows, threaded, f32(0), f32(1), f32(0))
+    np.testing.assert_array_equal(serial, threaded)
+    np.testing.assert_array_equal(serial.ravel(), out.numpy()[:200_000])
+    strided = ng.gelu(ng.tensor(rows.T.copy()).T)     # a transposed view: the N-d kernel
+    np.testing.assert_array_equal(strided.numpy(), serial)
+    special = ng.param(np.array([np.inf, -np.inf, np.nan, 20.0, -20.0], np.float32))
+    t = torch.tensor(special.numpy().astype(np.float64), requires_grad=True)
+    with ng.grad_tape():
+        y = ng.gelu(special)
+        loss = y.sum()
+    g = ng.backward(loss)[special.id]
+    F.gelu(t).sum().backward()
+    np.testing.assert_array_equal(y.numpy(), F.gelu(t).detach().numpy().astype(np.float32))
+    np.testing.assert_array_equal(g, t.grad.numpy().astype(np.float32))

@@ -228,6 +228,7 @@ def test_the_op_layer_picks_the_twin_from_mt_min(monkeypatch, spy, dt):
     used = {name for name, _ in spy}
     spy.clear()
     monkeypatch.setattr(cpu, "MT_MIN", 1)
+    monkeypatch.setattr(cpu, "MT_MIN_MEMORY", 1)
     threaded = mlp_run(dt)
     # (tape.py accumulates gradients with axpby itself, outside the op layer,
     # and a bias gradient, column sums, always calls the serial sum_to)
@@ -246,6 +247,26 @@ def test_the_op_layer_picks_the_twin_from_mt_min(monkeypatch, spy, dt):
     assert {t for _, t in spy} == {True, False}
 
 
+def test_memory_bound_calls_wait_for_their_own_threshold(monkeypatch, spy):
+    """From MT_MIN elements a compute-bound call (tanh, softmax, cross-entropy)
+    takes its threaded twin, a memory-bound one (an add, a relu, an axpby, a
+    mul's gradient) only from MT_MIN_MEMORY: waking the passive workers costs
+    more than such a kernel's work below it. The bits stay the same."""
+    monkeypatch.setattr(cpu, "MT_MIN", 1)
+    first = mlp_run()
+    calls = set(spy)
+    for name in ("binary", "binary_backward", "axpby", "mse"):
+        assert (name, False) in calls and (name, True) not in calls, name
+    assert ("unary", False) in calls                # relu
+    for name in ("softmax", "cross_entropy", "pointwise_loss"):
+        assert (name, True) in calls and (name, False) not in calls, name
+    spy.clear()
+    monkeypatch.setattr(cpu, "MT_MIN_MEMORY", 64)
+    assert mlp_run()[0] == first[0]
+    assert ("binary", True) in spy and ("axpby", True) in spy and ("unary", True) in spy
+    assert not cpu.memory_bound("unary", (S.TANH,)) and cpu.memory_bound("unary", (S.RELU,))
+
+
 def test_reshape_and_transpose_backward_and_scaled_losses(monkeypatch, spy):
     def run():
         rng = np.random.default_rng(6)
@@ -259,6 +280,7 @@ def test_reshape_and_transpose_backward_and_scaled_losses(monkeypatch, spy):
     serial = run()
     spy.clear()
     monkeypatch.setattr(cpu, "MT_MIN", 1)
+    monkeypatch.setattr(cpu, "MT_MIN_MEMORY", 1)
     threaded = run()
     assert ("axpby", True) in spy and ("scaled_add", True) in spy and ("unary", True) in spy
     assert serial[0] == threaded[0] and np.array_equal(serial[1], threaded[1])
@@ -269,6 +291,7 @@ def test_compiled_step_with_threaded_kernels_is_bit_identical(monkeypatch, tmp_p
     from numbagrad.compile import compile as ng_compile
 
     monkeypatch.setattr(cpu, "MT_MIN", 1)
+    monkeypatch.setattr(cpu, "MT_MIN_MEMORY", 1)
     rng = np.random.default_rng(7)
 
     def make():

@@ -212,8 +212,11 @@ def split(kernels: Mapping[str, tuple]) -> tuple[dict, dict]:
 def call(kern: ModuleType, name: str, size: int, *args: Any) -> Any:
     """Run kernel ``name`` of device module ``kern`` on ``args``: its threaded
     twin when the call touches ``size >= kern.MT_MIN`` elements (on CUDA,
-    never). The one way code outside ``kernels/`` runs a kernel."""
-    threaded = size >= kern.MT_MIN
+    never), or, for a memory-bound call (``kern.memory_bound``: an add, a
+    relu, an axpby), ``size >= kern.MT_MIN_MEMORY``. The one way code
+    outside ``kernels/`` runs a kernel."""
+    threaded = size >= kern.MT_MIN and (size >= kern.MT_MIN_MEMORY
+                                        or not kern.memory_bound(name, args))
     try:
         fn = kern.KERNEL_FNS[threaded][name]
     except KeyError:

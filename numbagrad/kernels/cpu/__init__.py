@@ -8,8 +8,8 @@ One module per op family; this one re-exports them with the memory helpers.
 A kernel ``foo`` that pays for threads on large arrays has a twin
 ``foo_mt`` (``parallel=True``, same signature, same bits);
 ``kernels.call(kern, "foo", n, ...)`` runs the twin for a call that touches
-n >= ``MT_MIN`` elements. ``MT_MIN`` comes from ``NUMBAGRAD_PARALLEL_MIN``
-(see ``_threads``). ``KERNELS`` maps every name of ``kernels.NAMES`` to its
+n >= ``MT_MIN`` elements (a memory-bound call: ``MT_MIN_MEMORY``). Both
+come from the environment (see ``_threads``). ``KERNELS`` maps every name of ``kernels.NAMES`` to its
 serial and threaded variants; the CUDA module's has the same names.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import operator
 
 import numpy as np
 
-from ._threads import MT_MIN  # noqa: F401
+from ._threads import MT_MIN, MT_MIN_MEMORY, memory_bound  # noqa: F401
 from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F401
                           binary_backward_mt, binary_mt, fill, scaled_add, scaled_add_mt,
                           sum_to, sum_to_mt, unary, unary_backward, unary_backward_mt,

@@ -24,7 +24,7 @@ import numba
 from numba.extending import overload
 from numba.np.ufunc import parallel as _numba_parallel
 
-from .. import env_int
+from .. import env_int, scalar
 
 # Numba's OpenMP workers spin after each parallel region by default, and on
 # a 2-core machine they then hold the core the BLAS threads of the next GEMM
@@ -107,4 +107,30 @@ SPAN = 1 << 12    # elementwise/loss kernels' elements per task; the losses' sum
 PARALLEL_MIN = env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
 NEVER = sys.maxsize
 MT_MIN = PARALLEL_MIN if PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1 else NEVER
+# Since the workers wait passively (above), a threaded call first wakes them:
+# 40-50 us here, more than a memory-bound kernel's whole work below ~2**20
+# elements. Measured again so (scripts/time_threads.py, float32, threaded /
+# serial): relu 13.6 at 2**16, 1.73 at 2**19, 0.85 at 2**21; add 8.2, 1.27,
+# 0.64; relu' 4.4, 1.23, 0.59; mse 4.7, 1.12, 0.60; axpby 17.9, 1.64, 0.84;
+# while tanh, softmax, cross-entropy and bce win (0.50-0.73) from 2**16. So
+# a memory-bound call (``memory_bound``) takes its threaded twin only from
+# NUMBAGRAD_PARALLEL_MIN_MEMORY elements, 2**21 by default.
+MT_MIN_MEMORY = env_int("NUMBAGRAD_PARALLEL_MIN_MEMORY", 1 << 21) or NEVER
+# kernels whose every call is memory-bound (binary_backward: the add's, the
+# mul's; the broadcast operand's sums take its threaded twin from 2**21 too)
+MEMORY_BOUND = frozenset({"axpby", "scaled_add", "binary", "binary_backward", "mse"})
+# unary codes as cheap as a copy (the others call libm or, for float32's
+# GELU, vmath's polynomials)
+CHEAP_UNARY = frozenset({scalar.IDENT, scalar.NEG, scalar.RELU, scalar.LEAKY_RELU,
+                         scalar.ADD_S, scalar.MUL_S, scalar.RSUB_S, scalar.DIV_S,
+                         scalar.RDIV_S, scalar.ABS, scalar.CLAMP_MIN, scalar.CLAMP_MAX})
+
+
+def memory_bound(name: str, args: tuple) -> bool:
+    """Whether ``kernels.call(kern, name, n, *args)`` is a memory-bound call,
+    threaded only from ``MT_MIN_MEMORY`` elements (asked for calls of at least
+    ``MT_MIN`` elements only, so it costs small calls nothing)."""
+    if name in MEMORY_BOUND:
+        return True
+    return (name == "unary" or name == "unary_backward") and args[0] in CHEAP_UNARY
 

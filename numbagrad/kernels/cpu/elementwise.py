@@ -20,9 +20,8 @@ from numba import njit, prange
 
 from .. import elements, scalar
 from ._threads import SPAN, _cast_like
-
-_unary = njit(scalar.unary)
-_unary_grad = njit(scalar.unary_grad)
+# scalar.unary/unary_grad, with vectorisable forms for float32 (vmath's docstring)
+from .vmath import unary as _unary, unary_grad as _unary_grad
 _binary = njit(scalar.binary)
 _binary_grad_a = njit(scalar.binary_grad_a)
 _binary_grad_b = njit(scalar.binary_grad_b)
@@ -347,6 +346,24 @@ def binary_mt(code, a, b, out):
 
 @njit(error_model="numpy", inline="always")
 def _binary_backward_loop(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
+    if (a.shape if which == 0 else b.shape) == gout.shape:
+        # Nothing to sum for this operand: row by row through 1-D views, which
+        # vectorise, with _reduced_grad's one-term expression (0.0 + g * d).
+        bo0, bo1 = (b.shape[0] == 1, b.shape[1] == 1) if which == 0 else \
+            (a.shape[0] == 1, a.shape[1] == 1)
+        for i in range(r0, r1):
+            dr, gr = d[i, c0:c1], gout[i, c0:c1]
+            own = a[i, c0:c1] if which == 0 else b[i, c0:c1]
+            io = 0 if bo0 else i
+            other = (b if which == 0 else a)[io, 0:1] if bo1 else \
+                (b if which == 0 else a)[io, c0:c1]
+            for j in range(dr.size):
+                ov = other[0 if bo1 else j]
+                dv = _binary_grad_a(code, own[j], ov) if which == 0 else \
+                    _binary_grad_b(code, ov, own[j])
+                g = 0.0 + gr[j] * dv
+                dr[j] = g if beta == 0 else g + beta * dr[j]
+        return
     for i in range(r0, r1):
         for j in range(c0, c1):
             g = _reduced_grad(code, which, a, b, gout, i, j)

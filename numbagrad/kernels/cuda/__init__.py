@@ -47,7 +47,12 @@ def signature(dispatcher, args: tuple) -> tuple:
     return ()
 
 # No threaded twins: ``kernels.call`` never reaches MT_MIN here.
-MT_MIN = sys.maxsize
+MT_MIN = MT_MIN_MEMORY = sys.maxsize
+
+
+def memory_bound(name: str, args: tuple) -> bool:
+    """Unused (never threaded); the CPU's counterpart."""
+    return False
 # Each family's imports under its own heading:
 # N-d strided and fallback kernels
 from .join import concat  # noqa: F401

@@ -1,0 +1,145 @@
+"""Vectorisable float32 transcendentals for the CPU's elementwise loops.
+
+Numba has no vector math library here (no SVML), so ``math.erf`` and
+``math.exp`` in a loop are one libm call per element and block LLVM's
+vectoriser: the exact GELU over a (768, 512) float32 block took 5.7 ms
+forward and 7.7 ms backward, 30% of the GPT step. These are written with
+arithmetic, selects and bit casts only, so the loops vectorise; they run
+in float64 and are used for float32 arrays only, where their error (the
+erfc approximation's 1.2e-7 relative, Numerical Recipes' ``erfcc``) is
+below the result's rounding. float64 arrays keep libm's exact functions.
+
+``unary(code, x, p)`` and ``unary_grad(code, x, y, p)`` stand in for
+``scalar.unary``/``unary_grad`` in the loops: for a float32 ``x`` they pick
+the fast form of the ops that have one, and otherwise are those functions.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
+
+from .. import scalar
+
+_scalar_unary = njit(scalar.unary)
+_scalar_unary_grad = njit(scalar.unary_grad)
+
+
+@intrinsic
+def _bits(typingctx, x):
+    """The int64 whose bits are the float64 ``x``'s."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, i):
+    """The float64 whose bits are the int64 ``i``'s."""
+    if i != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.6931471803691238         # ln 2's first 32 bits: n * _LN2_HI is exact
+_LN2_LO = 1.9082149292705877e-10
+_ROUND = 6755399441055744.0          # 1.5 * 2**52: adding it rounds to an integer ...
+_ROUND_BITS = 0x4338000000000000     # ... which then sits in its low bits
+_SQRT1_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+_GELU_EDGE = 16.0    # beyond it float32's GELU is x (x > 0) or -0 / 0 (x < 0)
+
+
+@njit(error_model="numpy", inline="always")
+def exp_neg(x):
+    """e**x for x in [-700, 1]: 2**n * e**r with |r| <= ln(2) / 2 and a
+    degree-9 Taylor polynomial (relative error below 1e-11)."""
+    k = x * _LOG2E + _ROUND
+    n = k - _ROUND
+    r = (x - n * _LN2_HI) - n * _LN2_LO
+    p = 1.0 + r * (1.0 + r * (0.5 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (
+        1 / 720 + r * (1 / 5040 + r * (1 / 40320 + r * (1 / 362880)))))))))
+    return p * _from_bits((_bits(k) - _ROUND_BITS + 1023) << 52)
+
+
+@njit(error_model="numpy", inline="always")
+def _erfc_pos(z):
+    """erfc(z) for 0 <= z <= 12, relative error below 1.2e-7 (Numerical
+    Recipes' Chebyshev fit ``erfcc``)."""
+    t = 1.0 / (1.0 + 0.5 * z)
+    return t * exp_neg(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (
+        0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (
+            1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+
+
+# The helpers are inlined into the kernels' loops (IR inlining, so LLVM sees
+# one loop body to vectorise) and use no ternaries: selects are written as
+# masks and 0/1 factors, which inline cleanly.
+@njit(error_model="numpy", inline="always")
+def _gelu_parts(x):
+    """(Phi(x), phi(x)) for GELU; outside [-16, 16] (and at nan) phi is 0
+    and Phi is 1 for x > 0, else 0. Phi comes from erfc, so its left tail
+    keeps its relative accuracy (1 + erf(x) would cancel)."""
+    inside = abs(x) <= _GELU_EDGE                           # false at nan
+    w = np.float64(inside)
+    xc = _from_bits(_bits(x) & -np.int64(inside))           # x inside, else 0: finite work
+    half_tail = 0.5 * _erfc_pos(abs(xc) * _SQRT1_2)
+    neg = np.float64(xc < 0)
+    cdf = neg * half_tail + (1.0 - neg) * (1.0 - half_tail)
+    pdf = exp_neg(-0.5 * xc * xc) * _INV_SQRT_2PI
+    return w * cdf + (1.0 - w) * np.float64(x > 0), w * pdf
+
+
+@njit(error_model="numpy", inline="always")
+def gelu(x):
+    """x * Phi(x); nan at nan and -inf, as PyTorch's."""
+    cdf, _ = _gelu_parts(x)
+    return x * cdf
+
+
+@njit(error_model="numpy", inline="always")
+def gelu_grad(x):
+    """Phi(x) + x * phi(x); nan at nan and +-inf, as PyTorch's."""
+    cdf, pdf = _gelu_parts(x)
+    return cdf + x * pdf
+
+
+def unary(code, x, p):
+    """``scalar.unary``, with the fast forms for a float32 ``x``."""
+    return _scalar_unary(code, x, p)
+
+
+def unary_grad(code, x, y, p):
+    """``scalar.unary_grad``, with the fast forms for a float32 ``x``."""
+    return _scalar_unary_grad(code, x, y, p)
+
+
+@overload(unary, inline="always")
+def _unary_impl(code, x, p):
+    if x == types.float32:
+        def fast(code, x, p):
+            if code == scalar.GELU:
+                return gelu(np.float64(x))
+            return _scalar_unary(code, x, p)
+        return fast
+    return lambda code, x, p: _scalar_unary(code, x, p)
+
+
+@overload(unary_grad, inline="always")
+def _unary_grad_impl(code, x, y, p):
+    if x == types.float32:
+        def fast(code, x, y, p):
+            if code == scalar.GELU:
+                return gelu_grad(np.float64(x))
+            return _scalar_unary_grad(code, x, y, p)
+        return fast
+    return lambda code, x, y, p: _scalar_unary_grad(code, x, y, p)
+
