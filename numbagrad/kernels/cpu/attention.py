@@ -27,6 +27,7 @@ from numba import njit, prange
 from .matmul import gemm as _gemm
 from ._threads import _cast_like
 from .random import TWO32, generator
+from .vmath import exp_shifted
 
 _ONE = np.uint64(1)
 
@@ -167,7 +168,8 @@ def _probabilities(q, k, mask, maps, causal, scale, lse, sv, b, i0, n, cols, wri
     """sv (n, cols) = the softmax of query rows i0..i0+n of batch b over the
     first ``cols`` keys (one GEMM for the scores); the rows' log-sum-exp is
     written to ``lse`` (write_lse) or read from it. Exponentials are taken
-    in the data's dtype (one per probability)."""
+    of the difference in the data's dtype (one per probability; float32's by
+    vmath's vectorisable exp)."""
     qb, kb, mb = maps[0, b], maps[1, b], maps[3, b]
     _gemm(q[qb, i0:i0 + n], k[kb, :cols], sv, False, True, scale, 0.0)
     for r in range(n):
@@ -187,19 +189,16 @@ def _probabilities(q, k, mask, maps, causal, scale, lse, sv, b, i0, n, cols, wri
         if ls == -math.inf:            # every key masked: a zero row, as PyTorch
             stop = 0
         elif write_lse:
-            top, total = _cast_like(sv, ls), 0.0
-            for j in range(stop):
-                e = math.exp(sv[r, j] - top)
-                sv[r, j] = e
-                total += e
+            row, top, total = sv[r, :stop], _cast_like(sv, ls), 0.0
+            exp_shifted(row, top)
+            for j in range(stop):     # (apart: the exponentials' loop vectorises)
+                total += row[j]
             lse[b, i] = ls + math.log(total)
             inv = _cast_like(sv, 1.0 / total)
             for j in range(stop):
                 sv[r, j] *= inv
         else:
-            top = _cast_like(sv, ls)
-            for j in range(stop):
-                sv[r, j] = math.exp(sv[r, j] - top)
+            exp_shifted(sv[r, :stop], _cast_like(sv, ls))
         for j in range(stop, cols):
             sv[r, j] = 0.0
 

@@ -16,6 +16,8 @@ the fast form of the ops that have one, and otherwise are those functions.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -152,3 +154,25 @@ def _unary_grad_impl(code, x, y, p):
         return fast
     return lambda code, x, y, p: _scalar_unary_grad(code, x, y, p)
 
+
+
+def exp_shifted(row, top):
+    """row = exp(row - top) elementwise for a 1-D row, where row - top <= 0
+    (up to top's rounding), -inf (0) or nan: a softmax's exponentials. A
+    float32 row's through ``exp_neg`` (its loop vectorises), others' libm's."""
+    for j in range(row.size):
+        row[j] = math.exp(row[j] - top)
+
+
+@overload(exp_shifted, inline="always")
+def _exp_shifted_impl(row, top):
+    if row.dtype == types.float32:
+        def fast(row, top):
+            for j in range(row.size):
+                row[j] = exp_neg(max(np.float64(row[j] - top), -700.0))
+        return fast
+
+    def exact(row, top):
+        for j in range(row.size):
+            row[j] = math.exp(row[j] - top)
+    return exact
