@@ -14,7 +14,7 @@ from bench_machine import installed
 K = 4       # accumulate_steps of every peer: one call in K applies the update
 # numbagrad runs a GEMM of fewer multiply-adds on one BLAS thread (its
 # kernels/cpu/matmul.py; a test checks the two agree), and so does the floor
-BLAS_THREADS_MIN = 1 << 24
+BLAS_THREADS_MIN = 1 << 22
 
 CASES = {
     "tiny": {"kind": "linear", "shape": (2, 3, 1)},           # (d_out, d_in, batch)

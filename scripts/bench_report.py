@@ -29,7 +29,7 @@ DESCRIPTION = {
     "jax": "jax.jit(value_and_grad + optax.MultiSteps update), donated buffers",
     "floor": "only the GEMMs a micro-step cannot avoid (forward, weight and hidden "
              "gradients), SciPy's BLAS (numbagrad's) with numbagrad's thread rule (a "
-             "GEMM under 2^24 multiply-adds on one BLAS thread), timed alone: a lower "
+             "GEMM under 2^22 multiply-adds on one BLAS thread), timed alone: a lower "
              "bound, not a competitor",
 }
 

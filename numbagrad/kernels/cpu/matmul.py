@@ -49,12 +49,17 @@ _set_blas_threads = types.ExternalFunction("numbagrad_blas_threads",
                                            types.int32(types.int32))
 # Below this many multiply-adds a GEMM runs on one BLAS thread: OpenBLAS
 # threads from ~0.26M, and on two cores a 32x1024x144 product (a CNN's
-# weight gradient) took 1.1-1.9 ms on two threads against 0.3-0.5 ms on one.
+# weight gradient) took 1.1-1.9 ms on two threads against 0.3-0.5 ms on one
+# while Numba's workers woke for every memory-bound kernel between GEMMs.
+# Since those run serially (_threads.MT_MIN_MEMORY) two threads win from
+# ~4M: the compiled CNN step 0.61-0.65 ms with 2**24 against 0.51-0.57 ms
+# with 2**22 (and 0.54-0.64 with 2**19), the GPT step no slower with its
+# 768x128x128 products (12.6M) on two threads (alone: 75 us against 126).
 # OpenBLAS's pthreads build keeps the count in a process global; the kernels
 # hold the GIL, so no other numbagrad call interleaves, and the count is put
 # back before the kernel returns (another library's GEMM running at that
 # moment in another thread would at worst run on one thread).
-_BLAS_THREADS_MIN = 1 << 24
+_BLAS_THREADS_MIN = 1 << 22
 
 # Below this many multiply-adds a plain loop beats the BLAS call overhead.
 _BLAS_MIN_WORK = 4096
