@@ -12,6 +12,7 @@ import pytest
 
 import numbagrad as ng
 from numbagrad import kernels
+from numbagrad.kernels import scalar as S
 
 PACKAGE = pathlib.Path(ng.__file__).parent
 # what only numbagrad.kernels' entry points may touch on a device module
@@ -129,8 +130,11 @@ def test_call_picks_the_threaded_twin_and_names_unknown_kernels():
     x = np.ones((1, 4))
     with kernels.observe(Spy()):
         kernels.call(cpu, "axpby", 4, 1.0, x, 0.0, x.copy())
-        kernels.call(cpu, "axpby", cpu.MT_MIN, 1.0, x, 0.0, x.copy())
-    assert seen == [(cpu.axpby, "axpby"), (cpu.axpby_mt, "axpby_mt")]
+        kernels.call(cpu, "axpby", cpu.MT_MIN, 1.0, x, 0.0, x.copy())   # memory-bound
+        kernels.call(cpu, "axpby", cpu.MT_MIN_MEMORY, 1.0, x, 0.0, x.copy())
+        kernels.call(cpu, "unary", cpu.MT_MIN, S.TANH, x, x.copy(), 0.0, 1.0, 0.0)
+    assert seen == [(cpu.axpby, "axpby"), (cpu.axpby, "axpby"), (cpu.axpby_mt, "axpby_mt"),
+                    (cpu.unary_mt, "unary_mt")]
     with pytest.raises(LookupError, match="no kernel 'nope'"):
         kernels.call(cpu, "nope", 0)
     with kernels.observe(Spy()), pytest.raises(RuntimeError, match="another observer"):
