@@ -346,17 +346,15 @@ def binary_mt(code, a, b, out):
 
 @njit(error_model="numpy", inline="always")
 def _binary_backward_loop(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
-    if (a.shape if which == 0 else b.shape) == gout.shape:
+    src, opp = (a, b) if which == 0 else (b, a)
+    if src.shape == gout.shape:
         # Nothing to sum for this operand: row by row through 1-D views, which
         # vectorise, with _reduced_grad's one-term expression (0.0 + g * d).
-        bo0, bo1 = (b.shape[0] == 1, b.shape[1] == 1) if which == 0 else \
-            (a.shape[0] == 1, a.shape[1] == 1)
+        bo0, bo1 = opp.shape[0] == 1, opp.shape[1] == 1
         for i in range(r0, r1):
-            dr, gr = d[i, c0:c1], gout[i, c0:c1]
-            own = a[i, c0:c1] if which == 0 else b[i, c0:c1]
+            dr, gr, own = d[i, c0:c1], gout[i, c0:c1], src[i, c0:c1]
             io = 0 if bo0 else i
-            other = (b if which == 0 else a)[io, 0:1] if bo1 else \
-                (b if which == 0 else a)[io, c0:c1]
+            other = opp[io, 0:1] if bo1 else opp[io, c0:c1]
             for j in range(dr.size):
                 ov = other[0 if bo1 else j]
                 dv = _binary_grad_a(code, own[j], ov) if which == 0 else \

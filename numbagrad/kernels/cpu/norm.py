@@ -254,7 +254,6 @@ def group_norm_backward(x, w, gout, mean, rstd, dx, beta_x, need_x, dw, beta_w, 
     """The gradients of ``group_norm`` that are ``need_``-ed (the others'
     arrays are never touched), each written with its beta."""
     N, G, K = x.shape[0], x.shape[1], x.shape[2]
-    layer = x.shape[3] == 1
     if need_x:
         bx = _cast_like(dx, beta_x)
         for n in range(N):
@@ -262,7 +261,7 @@ def group_norm_backward(x, w, gout, mean, rstd, dx, beta_x, need_x, dw, beta_w, 
                 _row_backward(x, w, gout, mean, rstd, dx, bx, has_w, n, g)
     if need_w or need_b:
         bw, bb = _cast_like(dw, beta_w), _cast_like(db, beta_b)
-        if layer:
+        if x.shape[3] == 1:
             _layer_param_backward(x, gout, mean, rstd, dw, bw, need_w, db, bb, need_b)
             return
         for g in range(G):

@@ -87,17 +87,28 @@ def _erfc_pos(z):
 # one loop body to vectorise) and use no ternaries: selects are written as
 # masks and 0/1 factors, which inline cleanly.
 @njit(error_model="numpy", inline="always")
+def _kept(v, keep):
+    """v where ``keep``, else +0.0 (a bit mask: no branch, and nan-free)."""
+    return _from_bits(_bits(v) & -np.int64(keep))
+
+
+@njit(error_model="numpy", inline="always")
+def _outside(x, inside, value):
+    """``value`` where ``inside``, else GELU's limit: 1 for x > 0, else 0."""
+    w = np.float64(inside)
+    return w * value + (1.0 - w) * np.float64(x > 0)
+
+
+@njit(error_model="numpy", inline="always")
 def _gelu_cdf(x):
     """Phi(x) for GELU; outside [-16, 16] (and at nan) 1 for x > 0, else 0.
     It comes from erfc, so its left tail keeps its relative accuracy (1 +
     erf(x) would cancel)."""
     inside = abs(x) <= _GELU_EDGE                           # false at nan
-    w = np.float64(inside)
-    xc = _from_bits(_bits(x) & -np.int64(inside))           # x inside, else 0: finite work
+    xc = _kept(x, inside)                                   # x inside, else 0: finite work
     half_tail = 0.5 * _erfc_pos(abs(xc) * _SQRT1_2)
     neg = np.float64(xc < 0)
-    cdf = neg * half_tail + (1.0 - neg) * (1.0 - half_tail)
-    return w * cdf + (1.0 - w) * np.float64(x > 0)
+    return _outside(x, inside, neg * half_tail + (1.0 - neg) * (1.0 - half_tail))
 
 
 @njit(error_model="numpy", inline="always")
@@ -112,15 +123,12 @@ def gelu_grad(x, y):
     and one division: half the work of recomputing erfc); 0.5 where |x| <
     1e-30. nan at nan and +-inf, as PyTorch's."""
     inside = abs(x) <= _GELU_EDGE                           # false at nan
-    w = np.float64(inside)
-    xc = _from_bits(_bits(x) & -np.int64(inside))
+    xc = _kept(x, inside)
     ratio = inside & (abs(x) >= 1e-30)
     wr = np.float64(ratio)
-    den = _from_bits(_bits(x) & -np.int64(ratio)) + (1.0 - wr)     # x, else 1
-    num = _from_bits(_bits(y) & -np.int64(ratio))                  # y, else 0
-    cdf = num / den + (1.0 - wr) * 0.5
+    cdf = _kept(y, ratio) / (_kept(x, ratio) + (1.0 - wr)) + (1.0 - wr) * 0.5  # y / x, else 0.5
     pdf = exp_neg(-0.5 * xc * xc) * _INV_SQRT_2PI
-    return (w * cdf + (1.0 - w) * np.float64(x > 0)) + x * (w * pdf)
+    return _outside(x, inside, cdf) + x * (np.float64(inside) * pdf)
 
 
 def unary(code, x, p):
@@ -153,7 +161,6 @@ def _unary_grad_impl(code, x, y, p):
             return _scalar_unary_grad(code, x, y, p)
         return fast
     return lambda code, x, y, p: _scalar_unary_grad(code, x, y, p)
-
 
 
 def exp_shifted(row, top):
