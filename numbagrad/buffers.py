@@ -26,6 +26,13 @@ import numpy as np
 from . import kernels
 
 _MAX_PER_KEY = 8
+# Host arrays of at most FRESH elements: NumPy's own small-block cache makes
+# ``np.empty`` (``fresh``) cheaper than the pool's lookup, so the hot fast
+# paths of the CPU ops (matmul, mse_loss) allocate those directly, when
+# ``ng.compile`` is not recording (``kernels._observer`` is None).
+FRESH = 256
+fresh = np.empty
+HOST = kernels.get("cpu")   # the CPU kernel module
 _lock = threading.Lock()     # taken by retire and clear only
 
 

@@ -67,8 +67,10 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
         pred, pd, td = _mse_operands(pred, target)
         kern, dtype, shape = pred._kern, pd.dtype, pred.shape
     n = pd.size
-    loss = buffers.take(kern, (), dtype)
-    resid = buffers.take(kern, shape, dtype)
+    if kern is buffers.HOST and n <= buffers.FRESH and kernels._observer is None:
+        loss, resid = buffers.fresh((), dtype), buffers.fresh(shape, dtype)
+    else:
+        loss, resid = buffers.take(kern, (), dtype), buffers.take(kern, shape, dtype)
     # _scale(reduction, n), inline
     scale = 1.0 if reduction == "sum" else (1.0 / n if n else math.nan)
     # pd, td and resid: C-contiguous of one rank and dtype; loss: 0-d; a float
