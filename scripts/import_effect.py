@@ -9,10 +9,8 @@ reports its best and median. Variants:
 - ``torch+0.2``: the same with ``OMP_WAIT_POLICY=PASSIVE``, what importing
   numbagrad 0.2 set for the whole process;
 - ``ng``: numbagrad's 784-1024-1024-10 MLP step (its threaded kernels load
-  the OpenMP runtime, passive for Numba's workers);
-- ``ng-0.2``: the same with ``OMP_WAIT_POLICY=PASSIVE`` set beforehand (0.2);
-- ``ng-spin``: the same with the runtime loaded first at its default policy
-  (as after ``import torch``).
+  the OpenMP runtime at its default policy, as ``import torch`` would);
+- ``ng-0.2``: the same with ``OMP_WAIT_POLICY=PASSIVE`` set beforehand (0.2).
 
     python scripts/import_effect.py [--rounds 5] [--variants ng ng-0.2 ...]
 """
@@ -31,9 +29,6 @@ CHILD = r"""
 import json, statistics, sys
 sys.path.insert(0, sys.argv[1])
 variant = sys.argv[2]
-if variant == "ng-spin":
-    from numba.np.ufunc import parallel
-    parallel._launch_threads()          # the runtime loads at its default policy
 if variant == "torch+ng":
     import numbagrad  # noqa: F401
 import numpy as np
@@ -46,7 +41,7 @@ times = [bp.run_calls(fn, calls) for _ in range(7)]
 print(json.dumps({"best": min(times), "median": statistics.median(times)}))
 """
 VARIANTS = {"torch": {}, "torch+ng": {}, "torch+0.2": {"OMP_WAIT_POLICY": "PASSIVE"},
-            "ng": {}, "ng-0.2": {"OMP_WAIT_POLICY": "PASSIVE"}, "ng-spin": {}}
+            "ng": {}, "ng-0.2": {"OMP_WAIT_POLICY": "PASSIVE"}}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -1,5 +1,6 @@
-"""Small GEMMs run on one BLAS thread, and SciPy's BLAS keeps the caller's
-thread count: numbagrad puts OpenBLAS's count back before a kernel returns."""
+"""numbagrad never runs OpenBLAS's own threads: every BLAS call is on one
+thread, a large product's threaded twin splits it over Numba's threads, and
+SciPy's BLAS keeps the caller's thread count (numbagrad puts it back)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,12 +19,22 @@ def _scipy_blas_threads() -> list[int]:
 
 
 def _products():
-    """A small product (one BLAS thread) and a large one (BLAS's own count)."""
+    """A small product and one past the split threshold."""
     rng = np.random.default_rng(0)
     small = [rng.standard_normal(s).astype(np.float32) for s in ((32, 512), (144, 512))]
-    n = int(round((matmul._BLAS_THREADS_MIN * 2) ** (1 / 3))) + 1
+    n = int(round((matmul._SPLIT_MIN * 2) ** (1 / 3))) + 1
     large = [rng.standard_normal((n, n)) for _ in range(2)]
     return small, large
+
+
+def _one_thread_gemm(a, b, trans_a, trans_b):  # noqa: D401
+    """OpenBLAS's one-thread result of the call numbagrad makes: row-major
+    C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T."""
+    from scipy.linalg import blas
+    gemm = blas.sgemm if a.dtype == np.float32 else blas.dgemm
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        # a C-ordered X is the Fortran-ordered X.T
+        return gemm(1.0, b.T, a.T, trans_a=trans_b, trans_b=trans_a).T
 
 
 @pytest.mark.parametrize("limit", [None, 1, 2])
@@ -36,39 +47,97 @@ def test_the_callers_blas_thread_count_is_kept(limit):
     with ctx if ctx is not None else threadpoolctl.threadpool_limits(None):
         inside = _scipy_blas_threads()
         for a, b in (small, large):
-            out = np.empty((a.shape[0], b.shape[0]), a.dtype)
-            matmul.gemm(a, b, out, False, True, 1.0, 0.0)
-            np.testing.assert_allclose(out, a @ b.T, rtol=1e-4, atol=1e-3)
+            for kernel in (matmul.gemm, matmul.gemm_mt):
+                out = np.empty((a.shape[0], b.shape[0]), a.dtype)
+                kernel(a, b, out, False, True, 1.0, 0.0)
+                np.testing.assert_allclose(out, a @ b.T, rtol=1e-4, atol=1e-3)
+                assert _scipy_blas_threads() == inside
+            out = np.empty((1, a.shape[0], b.shape[0]), a.dtype)
+            matmul.bgemm_mt(a[None], b[None], out, False, True, 1.0, 0.0, 1, 1, 1, 1)
+            np.testing.assert_allclose(out[0], a @ b.T, rtol=1e-4, atol=1e-3)
             assert _scipy_blas_threads() == inside
-        w = ng.param(small[0][:8].copy())
+        w = ng.param(large[0][:300].copy())
         with ng.grad_tape():
-            loss = ng.sum(ng.matmul(w, ng.tensor(small[1].T.copy())))
+            loss = ng.sum(ng.relu(ng.linear(ng.tensor(large[1]), w)))
         ng.backward(loss)
         assert _scipy_blas_threads() == inside
     assert _scipy_blas_threads() == before
 
 
-def test_a_small_product_has_the_one_thread_bits_whatever_the_callers_count():
-    """A small product runs on one BLAS thread: its bits are OpenBLAS's
-    one-thread result of the same call (row-major C = A B^T is column-major
-    C^T = B A^T) under any caller limit. (Threaded, some OpenBLAS kernels
-    split it differently: with OPENBLAS_CORETYPE=Haswell the two-thread
-    result differs in the last bits, so one thread also keeps small
-    products independent of thread settings.)"""
-    from scipy.linalg import blas
-    small, _ = _products()
-    a, b = small
-    assert a.shape[0] * b.shape[0] * a.shape[1] < matmul._BLAS_THREADS_MIN
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        ref = blas.sgemm(1.0, b.T, a.T, trans_a=True).T
-    for limit in (None, 1, 2):
-        out = np.empty((a.shape[0], b.shape[0]), a.dtype)
+@pytest.mark.parametrize("limit", [None, 1, 2])
+def test_gemm_has_the_one_thread_bits_whatever_the_callers_count(limit):
+    """A product of any size runs on one BLAS thread: its bits are OpenBLAS's
+    one-thread result of the same call under any caller limit (threaded,
+    OpenBLAS splits some products differently: the last bits then depend on
+    thread settings)."""
+    small, large = _products()
+    for a, b in (small, large):
         with threadpoolctl.threadpool_limits(limit, user_api="blas"):
+            out = np.empty((a.shape[0], b.shape[0]), a.dtype)
             matmul.gemm(a, b, out, False, True, 1.0, 0.0)
-        assert np.array_equal(out, ref), limit
+        assert np.array_equal(out, _one_thread_gemm(a, b, False, True)), (limit, a.shape)
 
 
-def test_the_benchmark_floor_uses_the_same_rule():
+# (m, n, k): split by rows (m >= n) and by columns, block edges off the
+# 16-row lattice, every transpose pair
+SPLIT_SHAPES = [(768, 128, 512), (128, 768, 512), (301, 203, 397), (203, 301, 397)]
+
+
+@pytest.mark.parametrize("m,n,k", SPLIT_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_split_product_is_the_whole_product(m, n, k, dtype):
+    """gemm_mt's blocks (one BLAS call on one thread each) give the whole
+    product. Not always bit for bit: OpenBLAS picks its kernels by size, so
+    a block's edge elements may differ from the one-call result in the last
+    bits (as OpenBLAS's own threads' results do)."""
+    assert m * n * k >= matmul._SPLIT_MIN
+    parts, step, by_rows = matmul._blocks(m, n, k, 2)
+    assert parts == 2 and by_rows == (m >= n) and step % matmul._ALIGN == 0
+    assert matmul._blocks(m, n, k, 1)[0] == 1 and matmul._blocks(8, 8, 8, 2)[0] == 1
+    rng = np.random.default_rng(m + n)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+            b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+            start = rng.standard_normal((m, n)).astype(dtype)
+            out, serial = start.copy(), start.copy()
+            matmul.gemm_mt(a, b, out, ta, tb, 1.0, 0.5)
+            matmul.gemm(a, b, serial, ta, tb, 1.0, 0.5)
+            scale = np.sqrt(k) * 4
+            np.testing.assert_allclose(out, serial, rtol=0, atol=tol * scale)
+            exact = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b) + 0.5 * start
+            np.testing.assert_allclose(out, exact, rtol=0, atol=tol * scale * 4)
+
+
+def test_linear_and_bgemm_twins_match_their_serial_kernels():
+    rng = np.random.default_rng(3)
+    for m, n, k in ((700, 150, 300), (150, 700, 300)):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        from numbagrad.kernels import scalar as codes
+        for code in (codes.IDENT, codes.RELU, codes.TANH):
+            for has_bias in (0, 1):
+                serial, twin = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+                matmul.linear(x, w, bias, serial, has_bias, code, 0.0)
+                matmul.linear_mt(x, w, bias, twin, has_bias, code, 0.0)
+                # the split's edge elements may differ in the last bits (above)
+                np.testing.assert_allclose(twin, serial, rtol=0, atol=2e-5 * np.sqrt(k) * 4)
+                ref = x.astype(np.float64) @ w.T + (bias if has_bias else 0)
+                ref = {codes.IDENT: ref, codes.RELU: np.maximum(ref, 0), codes.TANH: np.tanh(ref)}
+                np.testing.assert_allclose(twin, ref[code], rtol=0, atol=2e-4 * np.sqrt(k))
+        a3 = rng.standard_normal((6, m, k)).astype(np.float32)
+        b3 = rng.standard_normal((3, k, n)).astype(np.float32)
+        # several slices: each one gemm call on one thread, the serial kernel's bits
+        serial, twin = np.empty((6, m, n), np.float32), np.empty((6, m, n), np.float32)
+        matmul.bgemm(a3, b3, serial, 0, 0, 1.0, 0.0, 1, 2, 1, 6)
+        matmul.bgemm_mt(a3, b3, twin, 0, 0, 1.0, 0.0, 1, 2, 1, 6)
+        assert np.array_equal(serial, twin)
+        np.testing.assert_allclose(twin[5], a3[5] @ b3[2], rtol=1e-4, atol=1e-3)
+
+
+def test_the_benchmark_floor_uses_the_same_threshold():
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -76,4 +145,4 @@ def test_the_benchmark_floor_uses_the_same_rule():
         import bench_cases
     finally:
         sys.path.pop(0)
-    assert bench_cases.BLAS_THREADS_MIN == matmul._BLAS_THREADS_MIN
+    assert bench_cases.BLAS_THREADS_MIN == matmul._SPLIT_MIN

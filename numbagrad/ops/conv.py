@@ -150,7 +150,8 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
     if bias is not None:
         broadcast_into(kern, reshaped(contiguous(bias), (groups, 1, cout_g)), prod.shape, prod)
         beta = 1.0
-    kernels.call(kern, "bgemm", 0, reshaped(cols, (groups, length, k_g)), w3, prod,
+    work = groups * length * k_g * cout_g   # multiply-adds: picks bgemm's threaded twin
+    kernels.call(kern, "bgemm", work, reshaped(cols, (groups, length, k_g)), w3, prod,
                  0, 1, 1.0, beta, 1, 1, 1, groups)
     out = buffers.take(kern, out_shape, dtype)
     kernels.call(kern, "expand_nd", out.size,
@@ -174,16 +175,17 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
                  permuted(reshaped(g, (n, groups, cout_g, oh * ow)), (1, 0, 3, 2)),
                  reshaped(gt, (groups, n, oh * ow, cout_g)), 1.0, 0.0)
     cols3 = reshaped(cols, (groups, length, k_g))
+    work = groups * length * k_g * cout_g   # each GEMM's multiply-adds
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums
         dest, beta = ctx.dest(node.inputs[2])
         reduce_into(kern, gt, reshaped(dest, (groups, 1, cout_g)), 1.0, beta)
     if weight.requires_grad:   # dW[g] = G[g]^T @ cols[g], over the whole batch
         dest, beta = ctx.dest(weight)
-        kernels.call(kern, "bgemm", 0, gt, cols3, reshaped(dest, w3.shape), 1, 0, 1.0, beta,
+        kernels.call(kern, "bgemm", work, gt, cols3, reshaped(dest, w3.shape), 1, 0, 1.0, beta,
                      1, 1, 1, groups)
     if x.requires_grad:   # dcols[g] = G[g] @ W[g], added back into the image
         dcols = buffers.take(kern, tuple(cols.shape), dtype)
-        kernels.call(kern, "bgemm", 0, gt, w3, reshaped(dcols, (groups, length, k_g)),
+        kernels.call(kern, "bgemm", work, gt, w3, reshaped(dcols, (groups, length, k_g)),
                      0, 0, 1.0, 0.0, 1, 1, 1, groups)
         dest, beta = ctx.dest(x)
         kernels.call(kern, "col2im", dest.size, dcols, _as4d(dest, x.shape, is_batched, rank),

@@ -61,9 +61,11 @@ def matmul(a: Any, b: Any) -> Tensor:
         if b._kern is kern and (dtype is _F32 or dtype is _F64) and bd.dtype is dtype \
                 and type(sa) is tuple and len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] \
                 and kern.is_c_contiguous(ad) and kern.is_c_contiguous(bd):
-            out = buffers.take(kern, (sa[0], sb[1]), dtype)
+            n, m = sa[0], sb[1]
+            out = (buffers.fresh((n, m), dtype) if kern is buffers.HOST and n * m <= buffers.FRESH
+                   and kernels._observer is None else buffers.take(kern, (n, m), dtype))
             # three C-contiguous matrices of one float dtype, two ints, two floats
-            kernels.typed(kern, "gemm", 0, dtype)(ad, bd, out, 0, 0, 1.0, 0.0)
+            kernels.typed(kern, "gemm", n * m * sb[0], dtype)(ad, bd, out, 0, 0, 1.0, 0.0)
             # result(out, kern, (a, b), _matmul_backward, saved), inline
             if (a.requires_grad or b.requires_grad) and _tape_state.box[0] > 0:
                 return Tensor(out, kern, True,
@@ -93,11 +95,12 @@ def _matmul_checked(a: Any, b: Any) -> Tensor:
     kern = a._kern
     (ad, ta), (bd, tb) = _gemm_operand(a), _gemm_operand(b)
     out = buffers.take(kern, out_shape, ad.dtype)
+    work = a2[0] * a2[1] * pb[1]   # multiply-adds: the size that picks gemm's threaded twin
     if a2 is sa and pb is sb:
-        kernels.call(kern, "gemm", 0, ad, bd, out, ta, tb, 1.0, 0.0)
+        kernels.call(kern, "gemm", work, ad, bd, out, ta, tb, 1.0, 0.0)
         shapes = None
     else:   # gemm sees a vector as a one-row or one-column matrix, a stack as its rows
-        kernels.call(kern, "gemm", 0, _as_matrix(ad, a2, ta), _as_matrix(bd, pb, tb),
+        kernels.call(kern, "gemm", work, _as_matrix(ad, a2, ta), _as_matrix(bd, pb, tb),
                      _as_matrix(out, (a2[0], pb[1])), ta, tb, 1.0, 0.0)
         shapes = (a2, pb)
     return result(out, kern, (a, b), _matmul_backward, (ad, ta, bd, tb, shapes))
@@ -171,7 +174,8 @@ def _bmm(a: Tensor, b: Tensor, pa: tuple, pb: tuple, batch: tuple, out_shape: tu
     count = _prod(batch)
     out = buffers.take(kern, out_shape, a3.dtype)
     out3 = reshaped(out, (count, pa[-2], pb[-1]))
-    kernels.call(kern, "bgemm", 0, a3, b3, out3, ta, tb, 1.0, 0.0, a_div, b_div, 1, count)
+    work = count * pa[-2] * pa[-1] * pb[-1]   # multiply-adds: picks bgemm's threaded twin
+    kernels.call(kern, "bgemm", work, a3, b3, out3, ta, tb, 1.0, 0.0, a_div, b_div, 1, count)
     saved = (a3, ta, a_div, a_full, pa, b3, tb, b_div, b_full, pb, batch,
              (count, pa[-2], pb[-1]))
     return result(out, kern, (a, b), _bmm_backward, saved)
@@ -202,12 +206,14 @@ def _bmm_grad(kern: Any, x3: Any, y3: Any, tx: int, ty: int, div: int, x_div: in
     """One operand's gradient: a bgemm straight into ``dest``, or, for an
     operand that was expanded, into the full batch and then summed down."""
     rows, cols = shape[-2:]
+    work = count * rows * cols * (x3.shape[1] if tx else x3.shape[2])   # multiply-adds
     if not full:
         d3 = reshaped(dest, (_prod(shape[:-2]), rows, cols))
-        kernels.call(kern, "bgemm", 0, x3, y3, d3, tx, ty, 1.0, beta, x_div, y_div, div, count)
+        kernels.call(kern, "bgemm", work, x3, y3, d3, tx, ty, 1.0, beta, x_div, y_div, div,
+                     count)
         return
     tmp = buffers.take(kern, batch + (rows, cols), dest.dtype)
-    kernels.call(kern, "bgemm", 0, x3, y3, reshaped(tmp, (count, rows, cols)), tx, ty, 1.0,
+    kernels.call(kern, "bgemm", work, x3, y3, reshaped(tmp, (count, rows, cols)), tx, ty, 1.0,
                  0.0, x_div, y_div, 1, count)
     reduce_into(kern, tmp, dest, 1.0, beta)
 
@@ -221,13 +227,13 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if shapes is None and not ta and not tb and gout is not None and kern.is_c_contiguous(gout):
         # Two C-contiguous matrices (the fast path's) and a C-contiguous gradient
         # of the output's shape, as every gradient is: the typed calls at once.
-        dtype = gout.dtype
+        dtype, work = gout.dtype, gout.size * bd.shape[0]
         if a.requires_grad:   # dA = G @ B^T
             dest, beta = ctx.dest(a)
-            kernels.typed(kern, "gemm", 0, dtype)(gout, bd, dest, 0, 1, 1.0, beta)
+            kernels.typed(kern, "gemm", work, dtype)(gout, bd, dest, 0, 1, 1.0, beta)
         if b.requires_grad:   # dB = A^T @ G
             dest, beta = ctx.dest(b)
-            kernels.typed(kern, "gemm", 0, dtype)(ad, gout, dest, 1, 0, 1.0, beta)
+            kernels.typed(kern, "gemm", work, dtype)(ad, gout, dest, 1, 0, 1.0, beta)
         return
     if shapes is not None:
         a2, b2 = shapes
@@ -245,13 +251,14 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     # the saved operands, the destinations (accumulators or pooled) and a
     # C-contiguous g2 are C-contiguous matrices of one dtype: the typed call
     run = kernels.call_typed if kern.is_c_contiguous(g2) else _call_untyped
+    work = g2.size * (am.shape[0] if ta else am.shape[1])
     if a.requires_grad:   # dA = G @ op(B)^T
         dest, beta = ctx.dest(a)
-        run(kern, "gemm", 0, g2.dtype, g2, bm, dest if a2 is None else _as_matrix(dest, a2), 0,
+        run(kern, "gemm", work, g2.dtype, g2, bm, dest if a2 is None else _as_matrix(dest, a2), 0,
             1 - tb, 1.0, beta)
     if b.requires_grad:   # dB = op(A)^T @ G
         dest, beta = ctx.dest(b)
-        run(kern, "gemm", 0, g2.dtype, am, g2, dest if b2 is None else _as_matrix(dest, b2),
+        run(kern, "gemm", work, g2.dtype, am, g2, dest if b2 is None else _as_matrix(dest, b2),
             1 - ta, 0, 1.0, beta)
 
 
@@ -345,15 +352,16 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     kept = code in _PRE_KEPT
     pre = buffers.take(kern, out2.shape, dtype) if kept else out2
     fused = codes.IDENT if kept else code
+    work = x2.size * wd.shape[0]   # multiply-adds (gemm's and linear's threaded twins)
     if bias is None:
         # C-contiguous x2, wd, its row wd[0] and pre of one dtype, ints, a dtype scalar
-        kernels.typed(kern, "linear", 0, dtype)(x2, wd, wd[0], pre, 0, fused,
+        kernels.typed(kern, "linear", work, dtype)(x2, wd, wd[0], pre, 0, fused,
                                                 scalar_of(dtype, p))
         inputs = (x, weight)
     else:
         bd = bias._data
         run = kernels.call_typed if kern.is_c_contiguous(bd) else _call_untyped
-        run(kern, "linear", 0, dtype, x2, wd, bd, pre, 1, fused, scalar_of(dtype, p))
+        run(kern, "linear", work, dtype, x2, wd, bd, pre, 1, fused, scalar_of(dtype, p))
         inputs = (x, weight, bias)
     if kept:
         kernels.call(kern, "unary", out2.size, code, pre, out2, scalar_of(dtype, p),
@@ -374,13 +382,14 @@ def _linear_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         g2 = pre
     # x2, wd and the destinations are C-contiguous matrices: typed when g2 is
     run = kernels.call_typed if kern.is_c_contiguous(g2) else _call_untyped
+    work = g2.size * x2.shape[1]
     if weight.requires_grad:   # dW = G^T @ x
         dest, beta = ctx.dest(weight)
-        run(kern, "gemm", 0, g2.dtype, g2, x2, dest, 1, 0, 1.0, beta)
+        run(kern, "gemm", work, g2.dtype, g2, x2, dest, 1, 0, 1.0, beta)
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums of G
         bias = node.inputs[2]
         dest, beta = ctx.dest(bias)
         kernels.call(kern, "sum_to", 0, g2, reshaped(dest, (1, dest.size)), 1.0, beta)
     if x.requires_grad:   # dx = G @ W
         dest, beta = ctx.dest(x)
-        run(kern, "gemm", 0, g2.dtype, g2, wd, reshaped(dest, x2.shape), 0, 0, 1.0, beta)
+        run(kern, "gemm", work, g2.dtype, g2, wd, reshaped(dest, x2.shape), 0, 0, 1.0, beta)

@@ -8,7 +8,8 @@ One module per op family; this one re-exports them with the memory helpers.
 A kernel ``foo`` that pays for threads on large arrays has a twin
 ``foo_mt`` (``parallel=True``, same signature, same bits);
 ``kernels.call(kern, "foo", n, ...)`` runs the twin for a call that touches
-n >= ``MT_MIN`` elements (a memory-bound call: ``MT_MIN_MEMORY``). Both
+n >= ``MT_MIN`` elements (a memory-bound call: ``MT_MIN_MEMORY``; for
+the GEMMs n counts multiply-adds, and their twins split from 2^22). Both
 come from the environment (see ``_threads``). ``KERNELS`` maps every name of ``kernels.NAMES`` to its
 serial and threaded variants; the CUDA module's has the same names.
 """
@@ -25,7 +26,7 @@ from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F40
                           unary_mt)
 from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
                      pointwise_loss, pointwise_loss_mt)
-from .matmul import bgemm, gemm, linear  # noqa: F401
+from .matmul import bgemm, bgemm_mt, gemm, gemm_mt, linear, linear_mt  # noqa: F401
 from .indexing import gather, index_add, index_select, place_nd, scatter_add  # noqa: F401
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401

@@ -16,61 +16,26 @@ thread count.
 """
 from __future__ import annotations
 
-import os
 import sys
-import threading
 
 import numba
-from numba.extending import overload
+from llvmlite import ir
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 from numba.np.ufunc import parallel as _numba_parallel
 
 from .. import env_int, scalar
 
-# Numba's OpenMP workers spin after each parallel region by default, and on
-# a 2-core machine they then hold the core the BLAS threads of the next GEMM
-# need (and the other way round): the 784-1024-1024-10 MLP step took 26-31
-# ms with the threaded twins against 15-16 ms without; with passive waiting
-# 14 ms. The OpenMP runtime reads OMP_WAIT_POLICY once, when it loads, and
-# Numba loads it lazily, when the first parallel kernel runs; PyTorch loads
-# the same runtime (libgomp.so.1: one copy per process) when it is imported.
-# So numbagrad neither sets the variable at import nor keeps it set (that
-# made PyTorch, imported next, wait passively too: its small steps 1.5-5x
-# slower): it wraps Numba's thread launch so that the variable is PASSIVE
-# only while that launch loads the runtime, then restored. Whoever loads the
-# runtime first decides its policy for the whole process; an explicit
-# OMP_WAIT_POLICY always wins.
-_launch_lock = threading.Lock()
-
-
-def _passive_launch(launch):
-    """``launch`` (Numba's ``_launch_threads``) run once with
-    OMP_WAIT_POLICY=PASSIVE in the environment, the environment restored."""
-    def passive_launch():
-        with _launch_lock:
-            if getattr(_numba_parallel, "_launch_threads", None) is passive_launch:
-                _numba_parallel._launch_threads = launch     # one use: unwrap
-            if os.environ.get("OMP_WAIT_POLICY") is not None:
-                return launch()
-            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-            try:
-                return launch()
-            finally:
-                os.environ.pop("OMP_WAIT_POLICY", None)
-    return passive_launch
-
-
-def _wrap_numba_launch() -> bool:
-    """Install the wrapper when Numba has the launch hook and has not launched
-    its threads yet; False (nothing changed) otherwise, e.g. a Numba whose
-    internals differ: the runtime then keeps its default policy."""
-    launch = getattr(_numba_parallel, "_launch_threads", None)
-    if not callable(launch) or getattr(_numba_parallel, "_is_initialized", True):
-        return False
-    _numba_parallel._launch_threads = _passive_launch(launch)
-    return True
-
-
-PASSIVE_LAUNCH = _wrap_numba_launch()
+# numbagrad sets no OpenMP policy: Numba's workers wait as the runtime's
+# default says (libgomp: spin a while, then sleep), as PyTorch's do, and
+# importing numbagrad changes no environment variable. Spinning between
+# kernels is what a step of many short threaded kernels wants (waking
+# passively waiting workers cost 40-50 us a call): the compiled GPT step
+# took 24-28 ms so against 29-37 ms with 0.2's OMP_WAIT_POLICY=PASSIVE. It
+# is harmless because numbagrad never runs OpenBLAS's own threads
+# (matmul.py: one thread pool, Numba's); with them, each pool's spinning
+# threads took the core the other's next call needed. An explicit
+# OMP_WAIT_POLICY or GOMP_SPINCOUNT is the user's to set.
 
 
 def _cast_like(array, x):
@@ -134,3 +99,19 @@ def memory_bound(name: str, args: tuple) -> bool:
         return True
     return (name == "unary" or name == "unary_backward") and args[0] in CHEAP_UNARY
 
+
+
+@intrinsic
+def num_threads(typingctx):
+    """Numba's current thread count inside jitted code, as ``numba.get_num_threads()``
+    but through the threading layer's ``get_num_threads`` symbol (the one a
+    prange's own launch calls), so that a kernel reading it still caches
+    (``numba.get_num_threads`` reads a ctypes pointer, which Numba cannot
+    cache). For kernels with a prange, which launch the threads first."""
+    _numba_parallel._launch_threads()
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(cgutils.intp_t, []),
+                                            "get_num_threads")
+        return builder.call(fn, [])
+    return numba.types.intp(), codegen

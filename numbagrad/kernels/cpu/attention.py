@@ -24,6 +24,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .matmul import _set_blas_threads
 from .matmul import gemm as _gemm
 from ._threads import _cast_like
 from .random import TWO32, generator
@@ -244,10 +245,12 @@ def attention_mt(q, k, v, mask, maps, causal, scale, p, keep_scale, state, seeds
     key, key2, cut = _draw(p, state, seeds)
     tasks = out.shape[0] * ((out.shape[1] + block - 1) // block)
     slots = work.shape[0]
+    previous = _set_blas_threads(1)   # the workers' GEMMs then leave the count alone
     for w in prange(slots):
         for t in range(w, tasks, slots):
             _forward_block(q, k, v, mask, maps, causal, scale, cut, keep_scale, key, key2, out,
                            lse, work[w], t, block)
+    _set_blas_threads(previous)
     if p > 0.0:
         state[1] += _ONE
 
@@ -349,8 +352,10 @@ def attention_backward_mt(q, k, v, mask, maps, causal, scale, p, keep_scale, see
     batches = out.shape[0]
     own = q.shape[0] == batches and k.shape[0] == batches and v.shape[0] == batches
     slots = work.shape[0] // 2 if own else 1
+    previous = _set_blas_threads(1)
     for w in prange(slots):
         for b in range(w, batches, slots):
             _backward_batch(q, k, v, mask, maps, causal, scale, cut, keep_scale, key, key2, out,
                             lse, g, dq, dk, dv, want_q, want_k, want_v, work[2 * w],
                             work[2 * w + 1], b, block)
+    _set_blas_threads(previous)

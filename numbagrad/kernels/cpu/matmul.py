@@ -9,10 +9,11 @@ import ctypes
 
 import llvmlite.binding as ll
 import numpy as np
-from numba import cfunc, njit, types
+from numba import cfunc, njit, prange, types
 from numba.core.extending import get_cython_function_address
 
 from .. import scalar
+from ._threads import num_threads
 
 for _routine in ("sgemm", "dgemm"):
     ll.add_symbol(f"numbagrad_{_routine}",
@@ -47,19 +48,27 @@ _thread_control, BLAS_THREAD_CONTROL = _blas_thread_control()
 ll.add_symbol("numbagrad_blas_threads", _thread_control)
 _set_blas_threads = types.ExternalFunction("numbagrad_blas_threads",
                                            types.int32(types.int32))
-# Below this many multiply-adds a GEMM runs on one BLAS thread: OpenBLAS
-# threads from ~0.26M, and on two cores a 32x1024x144 product (a CNN's
-# weight gradient) took 1.1-1.9 ms on two threads against 0.3-0.5 ms on one
-# while Numba's workers woke for every memory-bound kernel between GEMMs.
-# Since those run serially (_threads.MT_MIN_MEMORY) two threads win from
-# ~4M: the compiled CNN step 0.61-0.65 ms with 2**24 against 0.51-0.57 ms
-# with 2**22 (and 0.54-0.64 with 2**19), the GPT step no slower with its
-# 768x128x128 products (12.6M) on two threads (alone: 75 us against 126).
-# OpenBLAS's pthreads build keeps the count in a process global; the kernels
-# hold the GIL, so no other numbagrad call interleaves, and the count is put
-# back before the kernel returns (another library's GEMM running at that
-# moment in another thread would at worst run on one thread).
-_BLAS_THREADS_MIN = 1 << 22
+# numbagrad never runs OpenBLAS's own threads: every BLAS call runs on the
+# calling thread alone (the count set to 1 and put back), and a product of
+# at least _SPLIT_MIN multiply-adds called through a threaded twin
+# (gemm_mt, linear_mt, bgemm_mt: ``kernels.call`` picks them when the ops
+# pass the multiply-adds as the size) is split into blocks, one per Numba
+# thread. So one thread pool, Numba's, runs every threaded kernel of a step,
+# and its workers may spin between kernels (OpenMP's default) without
+# taking a core from anyone: with OpenBLAS's threads in the GEMMs too, each
+# pool's idle threads spun on the core the other's next call needed (a
+# 768x512x128 GEMM then a threaded GELU took 1.3 ms on two cores, against
+# 0.9 ms for the two alone; with spinning workers, a compiled CNN step took
+# 8.4 ms instead of 0.6). The compiled GPT step went from 37-41 ms to 24-28
+# ms. OpenBLAS's pthreads build keeps the count in a process global; the
+# kernels hold the GIL, so no other numbagrad call interleaves (another
+# library's GEMM running at that moment in another thread would at worst
+# run on one thread).
+_SPLIT_MIN = 1 << 22
+# A block's rows (or columns) are a multiple of this. Every output element
+# is the same k-sum as in one BLAS call on one thread, so the bits do not
+# depend on the split (tests/test_blas_threads.py).
+_ALIGN = 16
 
 # Below this many multiply-adds a plain loop beats the BLAS call overhead.
 _BLAS_MIN_WORK = 4096
@@ -67,10 +76,14 @@ _BLAS_MIN_WORK = 4096
 _N, _T = 78, 84  # ord("N"), ord("T"): Fortran BLAS transpose flags
 
 _unary = njit(scalar.unary)
+_inline = njit(error_model="numpy", inline="always")
 
 
 @njit(cache=True, error_model="numpy")
-def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
+def _blas(a, b, out, trans_a, trans_b, alpha, beta, lda, ldb, ldc):
+    """One BLAS call, on the BLAS's current thread count: out = alpha * op(a) @
+    op(b) + beta * out for 2-D views whose rows are lda, ldb and ldc elements
+    apart (unit steps along the rows)."""
     # Row-major out = op(a) @ op(b) is column-major out^T = op(b)^T @ op(a)^T,
     # so b goes first and the roles of m and n swap.
     m, n = out.shape
@@ -79,9 +92,9 @@ def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
     ints[0] = n
     ints[1] = m
     ints[2] = k
-    ints[3] = b.shape[1]
-    ints[4] = a.shape[1]
-    ints[5] = n
+    ints[3] = ldb
+    ints[4] = lda
+    ints[5] = ldc
     flags = np.empty(2, np.uint8)
     flags[0] = _T if trans_b else _N
     flags[1] = _T if trans_a else _N
@@ -92,14 +105,20 @@ def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
             ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes,
             a.ctypes, ints[4:].ctypes, scalars[1:].ctypes, out.ctypes,
             ints[5:].ctypes)
-    single = np.int64(m) * n * k < _BLAS_THREADS_MIN
-    if single:
-        previous = _set_blas_threads(1)
     if out.itemsize == 8:
         _dgemm(*args)
     else:
         _sgemm(*args)
-    if single:
+
+
+@njit(cache=True, error_model="numpy")
+def _blas_gemm(a, b, out, trans_a, trans_b, alpha, beta):
+    """``_blas`` of C-contiguous matrices on one BLAS thread. Inside a parallel
+    kernel (whose caller set the count to 1 first) nothing is put back, so
+    two workers cannot restore each other's count mid-call."""
+    previous = _set_blas_threads(1)
+    _blas(a, b, out, trans_a, trans_b, alpha, beta, a.shape[1], b.shape[1], out.shape[1])
+    if previous != 1:
         _set_blas_threads(previous)
 
 
@@ -108,7 +127,7 @@ def gemm(a, b, out, trans_a, trans_b, alpha, beta):
     """out = alpha * op(a) @ op(b) + beta * out, op = transpose when flagged.
 
     With beta == 0 ``out`` is never read, so it may hold garbage (or NaN).
-    All three arrays are 2-D and C-contiguous.
+    All three arrays are 2-D and C-contiguous. One thread.
     """
     m, n = out.shape
     k = a.shape[0] if trans_a else a.shape[1]
@@ -155,14 +174,25 @@ def linear(x, w, bias, out, has_bias, code, p):
     broadcast into ``out`` and one GEMM adds the product with beta=1; with
     one, the GEMM writes ``out`` and a single epilogue pass adds the bias and
     applies the activation."""
+    _linear_block(x, w, bias, out, has_bias, code, p, False, out.shape[1])
+
+
+@njit(cache=True, error_model="numpy")
+def _linear_block(x, w, bias, out, has_bias, code, p, direct, ldc):
+    # ``direct``: a block of linear_mt (rows of x and out, or rows of w and
+    # columns of out, ldc apart), its product one BLAS call on this thread
+    beta = 0.0
+    if code == scalar.IDENT and has_bias:
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] = bias[j]
+        beta = 1.0
+    if direct:
+        _blas(x, w, out, False, True, 1.0, beta, x.shape[1], w.shape[1], ldc)
+    else:
+        gemm(x, w, out, False, True, 1.0, beta)
     if code == scalar.IDENT:
-        if has_bias:
-            for i in range(out.shape[0]):
-                for j in range(out.shape[1]):
-                    out[i, j] = bias[j]
-        gemm(x, w, out, False, True, 1.0, 1.0 if has_bias else 0.0)
         return
-    gemm(x, w, out, False, True, 1.0, 0.0)
     # one loop per code, the code a constant in each (see elementwise.py)
     if code == scalar.RELU:
         _epilogue(scalar.RELU, out, bias, has_bias, p)
@@ -172,6 +202,76 @@ def linear(x, w, bias, out, has_bias, code, p):
         _epilogue(scalar.TANH, out, bias, has_bias, p)
     else:
         _epilogue(scalar.SIGMOID, out, bias, has_bias, p)
+
+
+# ------------------------------------------------------------ threaded twins
+@njit(cache=True, error_model="numpy")
+def _blocks(m, n, k, threads):
+    """(blocks, elements per block, by rows?) of a product split over
+    ``threads``: 1 block (serial) below _SPLIT_MIN multiply-adds. The larger
+    of m and n is split, so the operand every block packs whole is the smaller."""
+    by_rows = m >= n
+    span = m if by_rows else n
+    parts = min(threads, span // _ALIGN)
+    if np.int64(m) * n * k < _SPLIT_MIN or parts < 2:
+        return 1, span, by_rows
+    step = ((span + parts - 1) // parts + _ALIGN - 1) // _ALIGN * _ALIGN
+    return (span + step - 1) // step, step, by_rows
+
+
+@_inline
+def _split_product(a, b, out, trans_a, trans_b, alpha, beta, parts, step, by_rows):
+    # the blocks of a product over Numba's threads, each one BLAS call on one thread
+    lda, ldb, ldc = a.shape[1], b.shape[1], out.shape[1]
+    span = out.shape[0] if by_rows else out.shape[1]
+    previous = _set_blas_threads(1)
+    for q in prange(parts):
+        i0 = q * step
+        i1 = min(span, i0 + step)
+        if by_rows and trans_a:
+            _blas(a[:, i0:i1], b, out[i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+        elif by_rows:
+            _blas(a[i0:i1], b, out[i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+        elif trans_b:
+            _blas(a, b[i0:i1], out[:, i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+        else:
+            _blas(a, b[:, i0:i1], out[:, i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+    _set_blas_threads(previous)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def gemm_mt(a, b, out, trans_a, trans_b, alpha, beta):
+    """``gemm``, a product of at least _SPLIT_MIN multiply-adds split over Numba's threads."""
+    m, n = out.shape
+    k = a.shape[0] if trans_a else a.shape[1]
+    parts, step, by_rows = _blocks(m, n, k, num_threads())
+    if parts == 1:
+        gemm(a, b, out, trans_a, trans_b, alpha, beta)
+    else:
+        _split_product(a, b, out, trans_a, trans_b, alpha, beta, parts, step, by_rows)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def linear_mt(x, w, bias, out, has_bias, code, p):
+    """``linear``, a product of at least _SPLIT_MIN multiply-adds split over
+    Numba's threads (each block adds its bias and applies its activation)."""
+    m, n = out.shape
+    parts, step, by_rows = _blocks(m, n, x.shape[1], num_threads())
+    if parts == 1:
+        linear(x, w, bias, out, has_bias, code, p)
+        return
+    ldc = out.shape[1]
+    previous = _set_blas_threads(1)
+    for q in prange(parts):
+        i0 = q * step
+        if by_rows:
+            i1 = min(m, i0 + step)
+            _linear_block(x[i0:i1], w, bias, out[i0:i1], has_bias, code, p, True, ldc)
+        else:
+            i1 = min(n, i0 + step)
+            _linear_block(x, w[i0:i1], bias[i0:i1], out[:, i0:i1], has_bias, code, p, True,
+                          ldc)
+    _set_blas_threads(previous)
 
 
 @njit(cache=True, error_model="numpy")
@@ -187,19 +287,46 @@ def bgemm(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count
     are added in increasing o, so the result does not depend on threads. All
     three arrays are C-contiguous.
     """
-    nout = out.shape[0]
-    span = out_div * nout
+    for j in range(out.shape[0]):
+        _bgemm_slice(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count, j)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def bgemm_mt(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
+    """``bgemm`` over Numba's threads from _SPLIT_MIN multiply-adds in all: one
+    product split as ``gemm_mt`` does, several shared out slice by slice."""
+    nout, m, n = out.shape
+    k = a.shape[1] if trans_a else a.shape[2]
+    if nout == 1 and count == 1:
+        parts, step, by_rows = _blocks(m, n, k, num_threads())
+        if parts > 1:
+            _split_product(a[0], b[0], out[0], trans_a, trans_b, alpha, beta, parts, step,
+                           by_rows)
+            return
+    elif nout > 1 and np.int64(m) * n * k * count >= _SPLIT_MIN and num_threads() > 1:
+        previous = _set_blas_threads(1)
+        for j in prange(nout):
+            _bgemm_slice(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div,
+                         count, j)
+        _set_blas_threads(previous)
+        return
+    bgemm(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count)
+
+
+@_inline
+def _bgemm_slice(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count, j):
+    # out[j]: its products in increasing o (gemm: one BLAS thread each)
+    span = out_div * out.shape[0]
     rounds = count // span if span > 0 else 0
-    for j in range(nout):
-        dest = out[j]
-        first = True
-        for q in range(rounds):
-            for r in range(out_div):
-                o = q * span + j * out_div + r
-                gemm(a[(o // a_div) % a.shape[0]], b[(o // b_div) % b.shape[0]], dest,
-                     trans_a, trans_b, alpha, beta if first else 1.0)
-                first = False
-        if first:   # no product reaches this slice: out[j] = beta * out[j]
-            for i in range(dest.shape[0]):
-                for c in range(dest.shape[1]):
-                    dest[i, c] = beta * dest[i, c] if beta != 0.0 else 0.0
+    dest = out[j]
+    first = True
+    for q in range(rounds):
+        for r in range(out_div):
+            o = q * span + j * out_div + r
+            gemm(a[(o // a_div) % a.shape[0]], b[(o // b_div) % b.shape[0]], dest,
+                 trans_a, trans_b, alpha, beta if first else 1.0)
+            first = False
+    if first:   # no product reaches this slice: out[j] = beta * out[j]
+        for i in range(dest.shape[0]):
+            for c in range(dest.shape[1]):
+                dest[i, c] = beta * dest[i, c] if beta != 0.0 else 0.0
