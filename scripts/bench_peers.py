@@ -1045,9 +1045,10 @@ def _blas_threads_local():
 
 def floor_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     """Only the unavoidable GEMMs, into preallocated outputs: SciPy's BLAS,
-    which numbagrad's kernels call, with their thread rule (a GEMM of fewer
-    than ``BLAS_THREADS_MIN`` multiply-adds on one thread); cuBLAS through
-    PyTorch for ``--device cuda``."""
+    which numbagrad's kernels call: a GEMM of fewer than ``BLAS_THREADS_MIN``
+    multiply-adds on one thread, as numbagrad, a larger one on OpenBLAS's own
+    threads (numbagrad splits it over Numba's, one BLAS thread each); cuBLAS
+    through PyTorch for ``--device cuda``."""
     gemms = floor_gemms(case, dtype)
     if device == "cuda":
         torch = _torch()

@@ -28,9 +28,10 @@ DESCRIPTION = {
                        "compiled before timing"),
     "jax": "jax.jit(value_and_grad + optax.MultiSteps update), donated buffers",
     "floor": "only the GEMMs a micro-step cannot avoid (forward, weight and hidden "
-             "gradients), SciPy's BLAS (numbagrad's) with numbagrad's thread rule (a "
-             "GEMM under 2^22 multiply-adds on one BLAS thread), timed alone: a lower "
-             "bound, not a competitor",
+             "gradients), SciPy's BLAS (numbagrad's): a GEMM under 2^22 multiply-adds "
+             "on one BLAS thread, as numbagrad, a larger one on OpenBLAS's own threads "
+             "(numbagrad splits those over its own), timed alone: a lower bound, not a "
+             "competitor",
 }
 
 
