@@ -22,7 +22,6 @@ import numba
 from llvmlite import ir
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
-from numba.np.ufunc import parallel as _numba_parallel
 
 from .. import env_int, scalar
 
@@ -31,7 +30,7 @@ from .. import env_int, scalar
 # importing numbagrad changes no environment variable. Spinning between
 # kernels is what a step of many short threaded kernels wants (waking
 # passively waiting workers cost 40-50 us a call): the compiled GPT step
-# took 24-28 ms so against 29-37 ms with 0.2's OMP_WAIT_POLICY=PASSIVE. It
+# took 24-28 ms so against 29-37 ms with passively waiting workers. It
 # is harmless because numbagrad never runs OpenBLAS's own threads
 # (matmul.py: one thread pool, Numba's); with them, each pool's spinning
 # threads took the core the other's next call needed. An explicit
@@ -107,8 +106,9 @@ def num_threads(typingctx):
     but through the threading layer's ``get_num_threads`` symbol (the one a
     prange's own launch calls), so that a kernel reading it still caches
     (``numba.get_num_threads`` reads a ctypes pointer, which Numba cannot
-    cache). For kernels with a prange, which launch the threads first."""
-    _numba_parallel._launch_threads()
+    cache). Typing it launches Numba's threads, which registers that symbol
+    (as numba.get_num_threads does); tests/test_blas_threads.py runs it."""
+    numba.get_num_threads()
 
     def codegen(context, builder, signature, args):
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(cgutils.intp_t, []),

@@ -65,9 +65,11 @@ _set_blas_threads = types.ExternalFunction("numbagrad_blas_threads",
 # library's GEMM running at that moment in another thread would at worst
 # run on one thread).
 _SPLIT_MIN = 1 << 22
-# A block's rows (or columns) are a multiple of this. Every output element
-# is the same k-sum as in one BLAS call on one thread, so the bits do not
-# depend on the split (tests/test_blas_threads.py).
+# A block's rows (or columns) are a multiple of this. OpenBLAS picks its
+# kernels by size, so a block's edge elements can differ from one whole
+# call's in the last bits (float64 here, and float32 for a column split):
+# a large product's bits depend on the thread count, as they did on
+# OpenBLAS's own threads (tests/test_blas_threads.py checks the tolerance).
 _ALIGN = 16
 
 # Below this many multiply-adds a plain loop beats the BLAS call overhead.
