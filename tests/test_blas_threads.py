@@ -27,7 +27,7 @@ def _products():
     return small, large
 
 
-def _one_thread_gemm(a, b, trans_a, trans_b):  # noqa: D401
+def _one_thread_gemm(a, b, trans_a, trans_b):
     """OpenBLAS's one-thread result of the call numbagrad makes: row-major
     C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T."""
     from scipy.linalg import blas

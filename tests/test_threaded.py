@@ -250,7 +250,7 @@ def test_the_op_layer_picks_the_twin_from_mt_min(monkeypatch, spy, dt):
 def test_memory_bound_calls_wait_for_their_own_threshold(monkeypatch, spy):
     """From MT_MIN elements a compute-bound call (tanh, softmax, cross-entropy)
     takes its threaded twin, a memory-bound one (an add, a relu, an axpby, a
-    mul's gradient) only from MT_MIN_MEMORY: waking the passive workers costs
+    mul's gradient) only from MT_MIN_MEMORY: waking passive workers cost
     more than such a kernel's work below it. The bits stay the same."""
     monkeypatch.setattr(cpu, "MT_MIN", 1)
     first = mlp_run()

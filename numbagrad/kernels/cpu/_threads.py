@@ -71,9 +71,10 @@ SPAN = 1 << 12    # elementwise/loss kernels' elements per task; the losses' sum
 PARALLEL_MIN = env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
 NEVER = sys.maxsize
 MT_MIN = PARALLEL_MIN if PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1 else NEVER
-# Since the workers wait passively (above), a threaded call first wakes them:
-# 40-50 us here, more than a memory-bound kernel's whole work below ~2**20
-# elements. Measured again so (scripts/time_threads.py, float32, threaded /
+# Measured while the workers waited passively (the policy before the one
+# above), when a threaded call first woke them: 40-50 us here, more than a
+# memory-bound kernel's whole work below ~2**20 elements; not measured again
+# at the default policy. Then (scripts/time_threads.py, float32, threaded /
 # serial): relu 13.6 at 2**16, 1.73 at 2**19, 0.85 at 2**21; add 8.2, 1.27,
 # 0.64; relu' 4.4, 1.23, 0.59; mse 4.7, 1.12, 0.60; axpby 17.9, 1.64, 0.84;
 # while tanh, softmax, cross-entropy and bce win (0.50-0.73) from 2**16. So
@@ -97,7 +98,6 @@ def memory_bound(name: str, args: tuple) -> bool:
     if name in MEMORY_BOUND:
         return True
     return (name == "unary" or name == "unary_backward") and args[0] in CHEAP_UNARY
-
 
 
 @intrinsic

@@ -299,7 +299,7 @@ def bgemm_mt(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, co
     product split as ``gemm_mt`` does, several shared out slice by slice."""
     nout, m, n = out.shape
     k = a.shape[1] if trans_a else a.shape[2]
-    if nout == 1 and count == 1:
+    if nout == 1 and count == 1 and out_div == 1:   # one product: out[0] = op(a[0]) @ op(b[0])
         parts, step, by_rows = _blocks(m, n, k, num_threads())
         if parts > 1:
             _split_product(a[0], b[0], out[0], trans_a, trans_b, alpha, beta, parts, step,
