@@ -18,7 +18,7 @@ from threading import get_ident
 import numpy as np
 
 from . import buffers, kernels
-from .tensor import Tensor, _seen, _wrappers
+from .tensor import Tensor, _ids, _seen, _wrappers
 
 
 class _State(threading.local):
@@ -35,6 +35,7 @@ class _State(threading.local):
 
 
 _state = _State()
+_new = object.__new__
 
 
 class grad_tape:
@@ -55,15 +56,40 @@ class grad_tape:
 
 
 class Node:
-    """One recorded op: its backward function, inputs and saved arrays."""
+    """One recorded op: its backward function, inputs and saved arrays;
+    ``output`` makes one."""
 
     __slots__ = ("backward", "inputs", "saved", "done")
 
-    def __init__(self, backward: Callable, inputs: tuple, saved: tuple = ()) -> None:
-        self.backward = backward
-        self.inputs = inputs
-        self.saved = saved
-        self.done = False
+
+def output(data: Any, kern: Any, pool: Any, backward: Callable | None = None,
+           inputs: tuple = (), saved: tuple = ()) -> Tensor:
+    """An op's output tensor (``pool``: the pooled array its data is, or is a
+    view of; None if none), recorded by a ``Node`` when ``backward`` is given.
+    Built without calling ``Tensor.__init__``: before Python 3.13 a class
+    call reaches a Python ``__init__`` through a slow generic slot (about
+    100 ns), and this runs once per op (``Node`` has no ``__init__``). Sets
+    what ``Tensor.__init__`` sets."""
+    t = _new(Tensor)
+    t._data = data
+    t._kern = kern
+    t.id = next(_ids)
+    t._acc = None
+    t._live = False
+    t._owner = None
+    t._pool = pool
+    if backward is None:
+        t.requires_grad = False
+        t._node = None
+        return t
+    node = Node()   # no __init__: a cheap class call
+    node.backward = backward
+    node.inputs = inputs
+    node.saved = saved
+    node.done = False
+    t.requires_grad = True
+    t._node = node
+    return t
 
 
 class _Backward:
@@ -79,12 +105,16 @@ class _Backward:
 
     __slots__ = ("collect", "pending", "calls", "thread", "defer")
 
-    def __init__(self, collect: bool, defer: Any = None) -> None:
-        self.collect = collect
-        self.pending: dict[Node, Any] = {}
-        self.calls: dict[Tensor, Any] = {}
-        self.thread = get_ident()
-        self.defer = defer   # params written per call even when not collecting (or None)
+    @classmethod
+    def make(cls, collect: bool, defer: Any = None) -> _Backward:
+        """A new pass (built as ``output`` builds a tensor)."""
+        ctx = cls()   # no __init__: a cheap class call
+        ctx.collect = collect
+        ctx.pending = {}   # Node -> its output's gradient so far
+        ctx.calls = {}     # Tensor -> its per-call gradient
+        ctx.thread = get_ident()
+        ctx.defer = defer   # params written per call even when not collecting (or None)
+        return ctx
 
     def dest(self, t: Tensor) -> tuple[Any, float]:
         """An array to write ``t``'s gradient into, and the beta to use:
@@ -121,6 +151,9 @@ class _Backward:
             return
         array, beta = self.dest(t)
         kernels.call(t._kern, "axpby", 0, 1.0, grad, beta, array)
+
+
+_make_backward = _Backward.make
 
 
 def _reverse_order(root: Node) -> list[Node]:
@@ -218,7 +251,7 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     if loss._data.size != 1:
         raise ValueError(f"backward needs a one-element loss, got shape {loss.shape}")
     order = _reverse_order(root)
-    ctx = _Backward(collect, _aliased_params(order) if _seen.wrapped else None)
+    ctx = _make_backward(collect, _aliased_params(order) if _seen.wrapped else None)
     pending = ctx.pending
     for node in order:
         node.backward(ctx, node, pending.pop(node, None))

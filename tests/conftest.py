@@ -155,7 +155,7 @@ def cuda_launches(f, x) -> tuple[int, int]:
     with ng.grad_tape():
         out = f(x)
     forward = ng.cuda.launch_count() - before
-    ctx = ng.tape._Backward(collect=True)
+    ctx = ng.tape._Backward.make(collect=True)
     before = ng.cuda.launch_count()
     out._node.backward(ctx, out._node, ng.kernels.get("cuda").from_host(np.ones(out.shape)))
     return forward, ng.cuda.launch_count() - before

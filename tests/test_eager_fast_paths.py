@@ -1,10 +1,12 @@
 """The eager fast paths of matmul and mse_loss (two C-contiguous float operands)
-refuse what the checked paths refuse, and kernels.typed is call_typed in two steps."""
+refuse what the checked paths refuse, kernels.typed is call_typed in two steps,
+and their hot tables (kernels.hot_table) serve them only when nothing observes."""
 import numpy as np
 import pytest
 
 import numbagrad as ng
 from numbagrad import kernels
+from test_numpy_api import Calls
 
 
 def test_boolean_operands_take_the_checked_path_and_its_error():
@@ -31,3 +33,65 @@ def test_typed_matches_call_typed(monkeypatch):
     kernels.typed(cpu, "gemm", cpu.MT_MIN, "test-two-steps")(a, b, outs[2], 0, 0, 1.0, 0.0)
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     np.testing.assert_allclose(outs[0], a @ b, rtol=1e-12)
+
+
+def _op_module(name):
+    import importlib
+    return importlib.import_module(f"numbagrad.ops.{name}")   # ng.ops.matmul is the op
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hot_tables_fill_serve_the_tiny_step_and_empty_under_an_observer(monkeypatch, dtype):
+    monkeypatch.setattr(kernels, "CHECK_TYPED", False)   # hot tables never fill with it
+    monkeypatch.setattr(kernels, "_typed", {})
+    monkeypatch.setattr(kernels, "_typed_signature", {})
+    kernels.clear_hot_tables()
+    hot_gemm, hot_mse = _op_module("matmul")._HOT_GEMM, _op_module("losses")._HOT_MSE
+    cpu, dt = kernels.get("cpu"), np.dtype(dtype)
+    rng = np.random.default_rng(5)
+    w0, x0, y0 = (rng.standard_normal(s).astype(dtype) for s in ((2, 3), (3, 1), (2, 1)))
+    w, x, y = ng.param(w0), ng.tensor(x0), ng.tensor(y0)
+    losses = []
+    for _ in range(3):   # the first call fills the tables, the others read them
+        with ng.grad_tape():
+            loss = ng.mse_loss(w @ x, y)
+        loss.backward()
+        losses.append(loss.item())
+    assert hot_gemm[dt] is kernels._typed[(cpu, "gemm", dt)]
+    assert hot_mse[(dt, 2)] is kernels._typed[(cpu, "mse", (dt, 2))]
+    resid = w0.astype(np.float64) @ x0 - y0
+    tol = 1e-5 if dtype is np.float32 else 1e-12
+    np.testing.assert_allclose(losses, [np.mean(resid ** 2)] * 3, rtol=tol)
+    np.testing.assert_allclose(w.grad, 3 * (resid @ x0.T), rtol=tol)   # 2/2 * r x^T, 3 times
+    seen = Calls()
+    with kernels.observe(seen):   # emptied: the observer is told of every call
+        assert not hot_gemm and not hot_mse
+        with ng.grad_tape():
+            loss = ng.mse_loss(w @ x, y)
+        loss.backward()
+        assert not hot_gemm and not hot_mse
+    assert sorted(seen.names) == ["gemm", "gemm", "mse"]
+    np.testing.assert_allclose(w.grad, 4 * (resid @ x0.T), rtol=tol)
+    # a CUDA operand never takes the CPU's table (Numba's simulator in the suite)
+    wc, xc = ng.tensor(w0, device="cuda"), ng.tensor(x0, device="cuda")
+    with ng.grad_tape():
+        loss = ng.mse_loss(ng.matmul(w, x), y)   # refill the tables
+    loss.backward()
+    assert hot_gemm
+    np.testing.assert_allclose((wc @ xc).numpy(), w0.astype(np.float64) @ x0, rtol=tol)
+    kernels.clear_hot_tables()
+
+
+def test_the_op_output_builder_makes_what_the_constructor_makes():
+    from numbagrad.tape import output
+    from numbagrad.tensor import Tensor
+    cpu, data = kernels.get("cpu"), np.ones((2, 2))
+    for recorded in (False, True):
+        built = output(data, cpu, data, *((print, (data,), (data, 0)) if recorded else ()))
+        node = built._node
+        made = Tensor(data, cpu, recorded, node, data)
+        assert type(built) is Tensor and made.id > built.id   # ids from one counter
+        for name in Tensor.__slots__:
+            if name not in ("id", "__weakref__"):
+                assert getattr(built, name) is getattr(made, name), name
+    assert (node.backward, node.inputs, node.saved, node.done) == (print, (data,), (data, 0), False)

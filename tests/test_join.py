@@ -95,7 +95,7 @@ def test_cuda_launches_one_per_eight_inputs_and_per_gradient():
         with ng.grad_tape():
             out = f()
         assert ng.cuda.launch_count() - before == forward
-        ctx = ng.tape._Backward(collect=True)
+        ctx = ng.tape._Backward.make(collect=True)
         before = ng.cuda.launch_count()
         out._node.backward(ctx, out._node, ng.kernels.get("cuda").from_host(np.ones(out.shape)))
         assert ng.cuda.launch_count() - before == len(out._node.inputs)

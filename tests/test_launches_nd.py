@@ -161,7 +161,7 @@ def test_cuda_nd_graph_one_launch_per_op_forward_and_per_gradient():
     with ng.grad_tape():
         out = x4 * b4
     before = ng.cuda.launch_count()
-    out._node.backward(ng.tape._Backward(collect=True), out._node,
+    out._node.backward(ng.tape._Backward.make(collect=True), out._node,
                        ng.kernels.get("cuda").from_host(np.ones(out.shape)))
     assert ng.cuda.launch_count() - before == 1
 

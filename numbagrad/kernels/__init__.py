@@ -184,6 +184,7 @@ def observe(observer: Observer) -> Iterator[Observer]:
     if _observer is not None:
         raise RuntimeError("kernels.observe: another observer is subscribed (one at a time)")
     _observer = observer
+    clear_hot_tables()   # their calls would pass the observer by
     try:
         yield observer
     finally:
@@ -248,15 +249,43 @@ def call_typed(kern: ModuleType, name: str, size: int, key: Any, *args: Any) -> 
     return typed(kern, name, size, key)(*args)
 
 
-def typed(kern: ModuleType, name: str, size: int, key: Any) -> Callable:
+def typed(kern: ModuleType, name: str, size: int, key: Any,
+          hot: dict | None = None) -> Callable:
     """What ``call_typed(kern, name, size, key, *args)`` runs, to be called
     with ``*args`` at once: the compiled specialisation, or a function that
     takes ``call_typed``'s other paths. The hot sites call it so, which spares
-    them a variadic call and its argument tuple."""
+    them a variadic call and its argument tuple. ``hot``, a table from
+    ``hot_table``, gets the specialisation under ``key`` when it is returned
+    bare."""
     fn = _typed.get((kern, name, key))
     if fn is None or _observer is not None or CHECK_TYPED or size >= kern.MT_MIN:
         return functools.partial(_call_typed_slow, kern, name, size, key, fn)
+    if hot is not None:
+        hot[key] = fn
     return fn
+
+
+# every table hot_table made: observe() empties them
+_hot_tables: list[dict] = []
+
+
+def hot_table() -> dict:
+    """A call site's own table, key -> ``typed``'s bare specialisation, for
+    the few sites of the tiny eager step, where ``typed``'s call and tuple
+    key cost as much as the kernel: the site reads ``table.get(key)`` first
+    and, on a miss, calls ``typed(..., hot=table)``, which fills it. Only
+    for serial CPU calls: the site checks that the call is on the CPU and
+    below ``MT_MIN``. Never filled under an observer (``observe`` empties
+    every table) or with ``CHECK_TYPED``, so those see every call."""
+    table: dict = {}
+    _hot_tables.append(table)
+    return table
+
+
+def clear_hot_tables() -> None:
+    """Empty every ``hot_table``: from now on their sites go through ``typed``."""
+    for table in _hot_tables:
+        table.clear()
 
 
 def _call_typed_slow(kern: ModuleType, name: str, size: int, key: Any, fn: Any,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels, tape
-from ..tape import Node
+from ..tape import Node, output
 from ..tensor import Tensor, coerce
 
 
@@ -249,8 +249,8 @@ def result(data: Any, kern: ModuleType, inputs: tuple, backward: Any, saved: tup
     if tape._state.box[0] > 0:
         for t in inputs:
             if t.requires_grad:
-                return Tensor(data, kern, True, Node(backward, inputs, saved), pool)
-    return Tensor(data, kern, False, None, pool)
+                return output(data, kern, pool, backward, inputs, saved)
+    return output(data, kern, pool)
 
 
 def scalar_of(dtype: Any, value: float) -> Any:

@@ -11,11 +11,15 @@ import numpy as np
 from .. import buffers, kernels
 from ..kernels import scalar as codes
 from ..kernels.cpu.losses import first_bad_label
-from ..tape import Node, _Backward
+from ..tape import Node, _Backward, output
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (_F32, _F64, check_reduction, contiguous, describe, is_scalar,
                       mean_scale, ones, operand, pair, reshaped, result, scalar_of)
+
+_HOST = buffers.HOST
+# (dtype, ndim) -> the CPU mse kernel's specialisation (kernels.hot_table)
+_HOT_MSE = kernels.hot_table()
 
 
 def _loss_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -67,18 +71,23 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
         pred, pd, td = _mse_operands(pred, target)
         kern, dtype, shape = pred._kern, pd.dtype, pred.shape
     n = pd.size
-    if kern is buffers.HOST and n <= buffers.FRESH and kernels._observer is None:
+    key = (dtype, len(shape))
+    if kern is _HOST and n <= buffers.FRESH and kernels._observer is None:
         loss, resid = buffers.fresh((), dtype), buffers.fresh(shape, dtype)
+        mse = _HOT_MSE.get(key) if n < _HOST.MT_MIN else None
     else:
         loss, resid = buffers.take(kern, (), dtype), buffers.take(kern, shape, dtype)
+        mse = None
+    if mse is None:
+        mse = kernels.typed(kern, "mse", n, key, _HOT_MSE)
     # _scale(reduction, n), inline
     scale = 1.0 if reduction == "sum" else (1.0 / n if n else math.nan)
     # pd, td and resid: C-contiguous of one rank and dtype; loss: 0-d; a float
-    kernels.typed(kern, "mse", n, (dtype, len(shape)))(pd, td, loss, resid, scale)
+    mse(pd, td, loss, resid, scale)
     # result(loss, kern, (pred,), _loss_backward, (resid,)), inline
     if pred.requires_grad and _tape_state.box[0] > 0:
-        return Tensor(loss, kern, True, Node(_loss_backward, (pred,), (resid,)), loss)
-    return Tensor(loss, kern, False, None, loss)
+        return output(loss, kern, loss, _loss_backward, (pred,), (resid,))
+    return output(loss, kern, loss)
 
 
 def _mse_operands(pred: Any, target: Any) -> tuple[Tensor, Any, Any]:

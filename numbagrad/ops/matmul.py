@@ -12,11 +12,16 @@ from typing import Any
 
 from .. import buffers, kernels
 from ..kernels import scalar as codes
-from ..tape import Node, _Backward
+from ..tape import Node, _Backward, output
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (_F32, _F64, broadcast_into, contiguous, describe, is_scalar, ones, pair,
                       permuted, reduce_into, reshaped, result, scalar_of)
+
+
+_HOST = buffers.HOST
+# dtype -> the CPU gemm's specialisation for three C-contiguous matrices (kernels.hot_table)
+_HOT_GEMM = kernels.hot_table()
 
 
 def _gemm_operand(t: Tensor) -> tuple[Any, bool]:
@@ -62,15 +67,20 @@ def matmul(a: Any, b: Any) -> Tensor:
                 and type(sa) is tuple and len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] \
                 and kern.is_c_contiguous(ad) and kern.is_c_contiguous(bd):
             n, m = sa[0], sb[1]
-            out = (buffers.fresh((n, m), dtype) if kern is buffers.HOST and n * m <= buffers.FRESH
-                   and kernels._observer is None else buffers.take(kern, (n, m), dtype))
+            work = n * m * sb[0]
+            if kern is _HOST and n * m <= buffers.FRESH and kernels._observer is None:
+                out = buffers.fresh((n, m), dtype)
+                gemm = _HOT_GEMM.get(dtype) if work < _HOST.MT_MIN else None
+            else:
+                out, gemm = buffers.take(kern, (n, m), dtype), None
+            if gemm is None:
+                gemm = kernels.typed(kern, "gemm", work, dtype, _HOT_GEMM)
             # three C-contiguous matrices of one float dtype, two ints, two floats
-            kernels.typed(kern, "gemm", n * m * sb[0], dtype)(ad, bd, out, 0, 0, 1.0, 0.0)
+            gemm(ad, bd, out, 0, 0, 1.0, 0.0)
             # result(out, kern, (a, b), _matmul_backward, saved), inline
             if (a.requires_grad or b.requires_grad) and _tape_state.box[0] > 0:
-                return Tensor(out, kern, True,
-                              Node(_matmul_backward, (a, b), (ad, 0, bd, 0, None)), out)
-            return Tensor(out, kern, False, None, out)
+                return output(out, kern, out, _matmul_backward, (a, b), (ad, 0, bd, 0, None))
+            return output(out, kern, out)
     return _matmul_checked(a, b)
 
 
@@ -228,12 +238,15 @@ def _matmul_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         # Two C-contiguous matrices (the fast path's) and a C-contiguous gradient
         # of the output's shape, as every gradient is: the typed calls at once.
         dtype, work = gout.dtype, gout.size * bd.shape[0]
+        gemm = _HOT_GEMM.get(dtype) if kern is _HOST and work < _HOST.MT_MIN else None
+        if gemm is None:
+            gemm = kernels.typed(kern, "gemm", work, dtype, _HOT_GEMM)
         if a.requires_grad:   # dA = G @ B^T
             dest, beta = ctx.dest(a)
-            kernels.typed(kern, "gemm", work, dtype)(gout, bd, dest, 0, 1, 1.0, beta)
+            gemm(gout, bd, dest, 0, 1, 1.0, beta)
         if b.requires_grad:   # dB = A^T @ G
             dest, beta = ctx.dest(b)
-            kernels.typed(kern, "gemm", work, dtype)(ad, gout, dest, 1, 0, 1.0, beta)
+            gemm(ad, gout, dest, 1, 0, 1.0, beta)
         return
     if shapes is not None:
         a2, b2 = shapes
