@@ -85,11 +85,13 @@ class Window:
         (The hot paths, the backward pass per param and a compiled step, make
         the holder check inline before calling.)
         """
-        if self.thread == threading.get_ident():
+        me = threading.get_ident()
+        if self.thread == me:
             return
         with _CLAIMING:
-            self.check_free(what)
-            self.thread = threading.get_ident()
+            if self.thread is not None:   # another thread's, or one that has ended
+                self.check_free(what)
+            self.thread = me
 
     def check_free(self, what: str) -> None:
         """Raise as ``claim`` would if another live thread holds the window;
