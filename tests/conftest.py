@@ -87,6 +87,19 @@ def cuda_dev() -> Dev:
     return Dev("cuda")
 
 
+@pytest.fixture
+def typed_unchecked(monkeypatch):
+    """``kernels.call_typed`` as outside the suite: no CHECK_TYPED, found
+    specialisations forgotten, and the hot tables that fill then (which the
+    checked suite never fills) emptied before and after."""
+    monkeypatch.setattr(ng.kernels, "CHECK_TYPED", False)
+    monkeypatch.setattr(ng.kernels, "_typed", {})
+    monkeypatch.setattr(ng.kernels, "_typed_signature", {})
+    ng.kernels.clear_hot_tables()
+    yield
+    ng.kernels.clear_hot_tables()
+
+
 @pytest.fixture(params=["cpu", "cuda"])
 def dev(request) -> Dev:
     if request.param == "cuda" and not ng.cuda_available():

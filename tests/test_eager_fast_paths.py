@@ -18,10 +18,7 @@ def test_boolean_operands_take_the_checked_path_and_its_error():
         ng.mse_loss(mask, mask)
 
 
-def test_typed_matches_call_typed(monkeypatch):
-    monkeypatch.setattr(kernels, "CHECK_TYPED", False)
-    monkeypatch.setattr(kernels, "_typed", {})
-    monkeypatch.setattr(kernels, "_typed_signature", {})
+def test_typed_matches_call_typed(typed_unchecked):
     cpu = kernels.get("cpu")
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
@@ -41,11 +38,7 @@ def _op_module(name):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_hot_tables_fill_serve_the_tiny_step_and_empty_under_an_observer(monkeypatch, dtype):
-    monkeypatch.setattr(kernels, "CHECK_TYPED", False)   # hot tables never fill with it
-    monkeypatch.setattr(kernels, "_typed", {})
-    monkeypatch.setattr(kernels, "_typed_signature", {})
-    kernels.clear_hot_tables()
+def test_hot_tables_fill_serve_the_tiny_step_and_empty_under_an_observer(typed_unchecked, dtype):
     hot_gemm, hot_mse = _op_module("matmul")._HOT_GEMM, _op_module("losses")._HOT_MSE
     cpu, dt = kernels.get("cpu"), np.dtype(dtype)
     rng = np.random.default_rng(5)
@@ -79,7 +72,6 @@ def test_hot_tables_fill_serve_the_tiny_step_and_empty_under_an_observer(monkeyp
     loss.backward()
     assert hot_gemm
     np.testing.assert_allclose((wc @ xc).numpy(), w0.astype(np.float64) @ x0, rtol=tol)
-    kernels.clear_hot_tables()
 
 
 def test_the_op_output_builder_makes_what_the_constructor_makes():

@@ -11,14 +11,7 @@ from numbagrad import kernels
 cpu = kernels.get("cpu")
 
 
-@pytest.fixture
-def unchecked(monkeypatch):
-    monkeypatch.setattr(kernels, "CHECK_TYPED", False)
-    monkeypatch.setattr(kernels, "_typed", {})
-    monkeypatch.setattr(kernels, "_typed_signature", {})
-
-
-def test_typed_gemm_runs_the_compiled_specialisation(unchecked):
+def test_typed_gemm_runs_the_compiled_specialisation(typed_unchecked):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
     outs = [np.empty((3, 2)) for _ in range(3)]
@@ -52,11 +45,12 @@ def test_readonly_inputs_share_the_key():
     np.testing.assert_array_equal(out, np.full((2, 2), 3.0))
 
 
-def test_training_is_bit_identical_with_and_without_the_typed_path(monkeypatch):
+def test_training_is_bit_identical_with_and_without_the_typed_path(monkeypatch, typed_unchecked):
     def train(check: bool):
         monkeypatch.setattr(kernels, "CHECK_TYPED", check)
         monkeypatch.setattr(kernels, "_typed", {})
         monkeypatch.setattr(kernels, "_typed_signature", {})
+        kernels.clear_hot_tables()
         rng = np.random.default_rng(3)
         w = ng.param(rng.standard_normal((2, 3)))
         x, y = ng.tensor(rng.standard_normal((3, 5))), ng.tensor(rng.standard_normal((2, 5)))

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels, tape
-from ..tape import Node, output
+from ..tape import output
 from ..tensor import Tensor, coerce
 
 
