@@ -153,9 +153,6 @@ class _Backward:
         kernels.call(t._kern, "axpby", 0, 1.0, grad, beta, array)
 
 
-_make_backward = _Backward.make
-
-
 def _reverse_order(root: Node) -> list[Node]:
     """Nodes reachable from ``root``, each after every node that uses it; a
     RuntimeError if backward already ran through one of them."""
@@ -251,7 +248,7 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     if loss._data.size != 1:
         raise ValueError(f"backward needs a one-element loss, got shape {loss.shape}")
     order = _reverse_order(root)
-    ctx = _make_backward(collect, _aliased_params(order) if _seen.wrapped else None)
+    ctx = _Backward.make(collect, _aliased_params(order) if _seen.wrapped else None)
     pending = ctx.pending
     for node in order:
         node.backward(ctx, node, pending.pop(node, None))

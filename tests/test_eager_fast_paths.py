@@ -1,6 +1,8 @@
 """The eager fast paths of matmul and mse_loss (two C-contiguous float operands)
 refuse what the checked paths refuse, kernels.typed is call_typed in two steps,
 and their hot tables (kernels.hot_table) serve them only when nothing observes."""
+import importlib
+
 import numpy as np
 import pytest
 
@@ -32,14 +34,11 @@ def test_typed_matches_call_typed(typed_unchecked):
     np.testing.assert_allclose(outs[0], a @ b, rtol=1e-12)
 
 
-def _op_module(name):
-    import importlib
-    return importlib.import_module(f"numbagrad.ops.{name}")   # ng.ops.matmul is the op
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_hot_tables_fill_serve_the_tiny_step_and_empty_under_an_observer(typed_unchecked, dtype):
-    hot_gemm, hot_mse = _op_module("matmul")._HOT_GEMM, _op_module("losses")._HOT_MSE
+    # the modules, not the ops ng.ops.matmul and ng.ops.mse_loss
+    hot_gemm = importlib.import_module("numbagrad.ops.matmul")._HOT_GEMM
+    hot_mse = importlib.import_module("numbagrad.ops.losses")._HOT_MSE
     cpu, dt = kernels.get("cpu"), np.dtype(dtype)
     rng = np.random.default_rng(5)
     w0, x0, y0 = (rng.standard_normal(s).astype(dtype) for s in ((2, 3), (3, 1), (2, 1)))
