@@ -67,13 +67,82 @@ def test_numpy_ufuncs_run_the_op_on_the_tape(ufunc):
     np.testing.assert_allclose(out.numpy(), fn(*[np.asarray(t.data) for t in args]))
 
 
-def test_linear_activations_are_the_fused_rows():
-    assert set(ACTIVATIONS) == {op.name for op in OPS if op.fuse}
+def test_linear_activations_are_the_fused_records():
+    assert ACTIVATIONS == {r.name: c for c, r in enumerate(scalar.UNARY) if r.fuse}
+    by_name = {op.name: op for op in OPS}
+    for name, code in ACTIVATIONS.items():   # each names its op's row and code
+        assert by_name[name].code == code
     x, w = ng.tensor(np.ones((2, 3))), ng.tensor(np.ones((4, 3)))
     for name in ACTIVATIONS:
         ng.linear(x, w, activation=name)
     with pytest.raises(ValueError, match="activation must be None or one of"):
         ng.linear(x, w, activation="exp")
+
+
+def test_the_records_name_their_codes_and_derive_the_sets():
+    for c, r in enumerate(scalar.UNARY):
+        assert getattr(scalar, r.name.upper()) == c
+    assert scalar.N_UNARY == len(scalar.UNARY)
+    from numbagrad.kernels.cpu import _threads
+    assert _threads.CHEAP_UNARY == {c for c, r in enumerate(scalar.UNARY) if r.cheap}
+    assert scalar.EPILOGUE | scalar.PRE_KEPT == set(ACTIVATIONS.values()) | {scalar.IDENT}
+    assert not scalar.EPILOGUE & scalar.PRE_KEPT
+
+
+def _linear_reference(code, x, w, b, p):
+    pre = x @ w.T + b
+    return np.array([[scalar.unary(code, v, p) for v in row] for row in pre])
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_the_cpu_epilogue_applies_every_epilogue_code(threaded):
+    # the ladder in kernels/cpu/matmul.py must have a branch per EPILOGUE code
+    from numbagrad.kernels import cpu
+    rng = np.random.default_rng(0)
+    x, w, b = rng.normal(size=(5, 3)), rng.normal(size=(4, 3)), rng.normal(size=4)
+    fn = cpu.linear_mt if threaded else cpu.linear
+    for code in sorted(scalar.EPILOGUE):
+        out = np.empty((5, 4))
+        fn(x, w, b, out, True, code, 0.25)
+        np.testing.assert_allclose(out, _linear_reference(code, x, w, b, 0.25), rtol=1e-12,
+                                   err_msg=scalar.UNARY[code].name)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_linear_refuses_a_code_outside_its_epilogue(device):
+    # (a code without a branch once computed sigmoid on the CPU)
+    if device == "cuda" and not ng.cuda_available():
+        pytest.skip(ng.cuda_unavailable_reason())
+    kern = kernels.get(device)
+    x = kern.from_host(np.ones((2, 3)))
+    w = kern.from_host(np.ones((4, 3)))
+    b = kern.from_host(np.ones(4))
+    for code in sorted(set(range(scalar.N_UNARY + 1)) - scalar.EPILOGUE):
+        out = kern.from_host(np.zeros((2, 4)))
+        with pytest.raises(ValueError, match="unknown epilogue code"):
+            kernels.call(kern, "linear", 0, x, w, b, out, True, code, 0.0)
+        assert not kernels.to_host(kern, out).any(), code    # nothing written
+    if device == "cpu":   # the threaded twin checks before its blocks run too
+        out = np.zeros((64, 64))
+        with pytest.raises(ValueError, match="unknown epilogue code"):
+            kern.linear_mt(np.ones((64, 1100)), np.ones((64, 1100)), np.ones(64), out, True,
+                           scalar.GELU, 0.0)
+        assert not out.any()
+
+
+def test_sequential_fuses_exactly_the_epilogue_layers():
+    from numbagrad.nn import _epilogue
+    for cls in (ng.nn.ReLU, ng.nn.Tanh, ng.nn.Sigmoid):
+        assert _epilogue(cls()) == (cls._linear_activation, 0.0)
+    assert _epilogue(ng.nn.LeakyReLU(0.2)) == ("leaky_relu", 0.2)
+    assert _epilogue(ng.nn.LeakyReLU(-0.2)) is None    # its gradient is not read from y
+    assert _epilogue(ng.nn.SiLU()) is None             # keeps its pre-activation
+    assert _epilogue(ng.nn.GELU()) is None
+
+    class Shifted(ng.nn.ReLU):                          # a subclass may compute otherwise
+        def forward(self, x):
+            return ng.relu(x) + 1.0
+    assert _epilogue(Shifted()) is None
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

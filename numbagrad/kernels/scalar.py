@@ -12,15 +12,75 @@ Gradients that do not depend on ``x`` are constants, never forms like
 is the constant (d(x + c)/dx = 1 at x = inf). Numba types every branch's
 result as float64 either way, so finite inputs give the same bits.
 """
-import math
+from __future__ import annotations
 
-# Unary codes: y = f(x, p).
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class UnaryCode:
+    """What the rest of the package needs to know of one unary code, beside
+    its formula and derivative in ``unary``/``unary_grad`` below.
+
+    ``name``: the op's name (``linear``'s ``activation=`` for a fused one).
+    ``cheap``: as cheap as a copy per element (no libm call, no polynomial),
+    so the CPU threads it only from ``MT_MIN_MEMORY`` elements.
+    ``grad_from_output``: ``unary_grad(code, y, y, p)`` is the derivative,
+    the output read in place of the input (relu, tanh, sigmoid, ...).
+    ``fuse``: ``linear(..., activation=name)`` applies it: in the GEMM's
+    epilogue when its gradient comes from the output, else (the GEMM writes
+    the pre-activation, which the backward needs) in one unary pass after.
+    """
+
+    name: str
+    cheap: bool = False
+    grad_from_output: bool = False
+    fuse: bool = False
+
+
+# Unary codes, y = f(x, p): one record each, in code order. SOFTPLUS's p is
+# its threshold (beta 1), SOFTPLUS_BETA's its beta (threshold 20, PyTorch's
+# default), clamp's its bound.
+UNARY = (
+    UnaryCode("ident", cheap=True, grad_from_output=True),
+    UnaryCode("neg", cheap=True),
+    UnaryCode("relu", cheap=True, grad_from_output=True, fuse=True),
+    UnaryCode("leaky_relu", cheap=True, grad_from_output=True, fuse=True),  # p >= 0
+    UnaryCode("tanh", grad_from_output=True, fuse=True),
+    UnaryCode("sigmoid", grad_from_output=True, fuse=True),
+    UnaryCode("exp"),
+    UnaryCode("log"),
+    UnaryCode("sqrt"),
+    UnaryCode("pow"),
+    UnaryCode("add_s", cheap=True),
+    UnaryCode("mul_s", cheap=True),
+    UnaryCode("rsub_s", cheap=True),
+    UnaryCode("div_s", cheap=True),
+    UnaryCode("rdiv_s", cheap=True),
+    UnaryCode("gelu", fuse=True),
+    UnaryCode("gelu_tanh"),
+    UnaryCode("silu", fuse=True),
+    UnaryCode("softplus"),
+    UnaryCode("abs", cheap=True),
+    UnaryCode("clamp_min", cheap=True),
+    UnaryCode("clamp_max", cheap=True),
+    UnaryCode("softplus_beta"),
+)
 IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
-    ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S = range(15)
-# activations (ops/activations.py): SOFTPLUS's p is its threshold (beta 1),
-# SOFTPLUS_BETA's its beta (threshold 20, PyTorch's default), clamp's its bound
-GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX, SOFTPLUS_BETA = range(15, 23)
-N_UNARY = 23
+    ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S, \
+    GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX, SOFTPLUS_BETA = range(len(UNARY))
+N_UNARY = len(UNARY)
+# What follows from the records (nothing per code is kept anywhere else):
+# codes as cheap as a copy (the CPU's memory-bound threading threshold)
+CHEAP_UNARY = frozenset(c for c, r in enumerate(UNARY) if r.cheap)
+# linear's activations: name -> code
+ACTIVATIONS = {r.name: c for c, r in enumerate(UNARY) if r.fuse}
+# the codes a GEMM's epilogue applies (IDENT: none); the other fused ones
+# need their pre-activation kept for the backward
+EPILOGUE = frozenset({IDENT} | {c for c in ACTIVATIONS.values()
+                               if UNARY[c].grad_from_output})
+PRE_KEPT = frozenset(ACTIVATIONS.values()) - EPILOGUE
 _SOFTPLUS_THRESHOLD = 20.0
 # Binary codes: y = f(a, b).
 ADD, SUB, MUL, DIV, MAX, MIN = range(6)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import kernels, ops
+from ..kernels import scalar as _codes
 from ..ops._common import is_scalar
 from ..tensor import Tensor, param
 from ..tensor import tensor as _tensor
@@ -348,11 +349,15 @@ class Sequential(Module):
 
 
 class ReLU(Module):
+    _linear_activation = "relu"   # see _epilogue
+
     def forward(self, x: Any) -> Tensor:
         return ops.relu(x)
 
 
 class LeakyReLU(Module):
+    _linear_activation = "leaky_relu"
+
     def __init__(self, negative_slope: float = 0.01) -> None:
         super().__init__()
         self.negative_slope = negative_slope
@@ -362,11 +367,15 @@ class LeakyReLU(Module):
 
 
 class Tanh(Module):
+    _linear_activation = "tanh"
+
     def forward(self, x: Any) -> Tensor:
         return ops.tanh(x)
 
 
 class Sigmoid(Module):
+    _linear_activation = "sigmoid"
+
     def forward(self, x: Any) -> Tensor:
         return ops.sigmoid(x)
 
@@ -384,6 +393,8 @@ class GELU(Module):
 
 
 class SiLU(Module):
+    _linear_activation = "silu"
+
     def forward(self, x: Any) -> Tensor:
         return ops.silu(x)
 
@@ -640,17 +651,21 @@ from . import init  # noqa: E402  (init's functions need nothing of this module)
 
 
 def _epilogue(module: Module) -> tuple[str, float] | None:
-    """(activation, negative_slope) for ``ops.linear`` if ``module`` can be fused."""
-    kind = type(module)
-    if kind is ReLU:
-        return "relu", 0.0
-    if kind is Tanh:
-        return "tanh", 0.0
-    if kind is Sigmoid:
-        return "sigmoid", 0.0
-    if kind is LeakyReLU and is_scalar(module.negative_slope) and module.negative_slope >= 0:
-        return "leaky_relu", module.negative_slope
-    return None
+    """(activation, negative_slope) for ``ops.linear`` if ``module`` can be fused
+    into the GEMM before it: its class (not a subclass, which may compute
+    something else) names an op in ``_linear_activation`` whose code's record
+    (``kernels/scalar.py``) puts it in the GEMM's epilogue. (The fused codes
+    that keep their pre-activation, GELU's and SiLU's, save only one pass and
+    would change the bias's order of addition, so ``Sequential`` runs them as
+    written.)"""
+    name = type(module).__dict__.get("_linear_activation")
+    code = _codes.ACTIVATIONS.get(name)
+    if code is None or code not in _codes.EPILOGUE:
+        return None
+    if code != _codes.LEAKY_RELU:
+        return name, 0.0
+    slope = module.negative_slope
+    return (name, slope) if is_scalar(slope) and slope >= 0 else None
 
 
 # the layer families in modules of their own (they build on the classes above)

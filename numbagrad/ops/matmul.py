@@ -280,12 +280,13 @@ def _call_untyped(kern: Any, name: str, size: int, key: Any, *args: Any) -> None
 
 
 # ------------------------------------------------------------------ linear
-# activations the GEMM's epilogue applies (their gradient is a function of
-# the output): name -> kernel code, filled from the op table's ``fuse`` rows
-ACTIVATIONS: dict[str, int] = {}
-# ... except these, whose gradient needs the pre-activation: the GEMM writes
-# that, and one unary pass applies the activation
-_PRE_KEPT = (codes.GELU, codes.GELU_TANH, codes.SILU)
+# linear's activations, name -> kernel code: the unary codes whose record
+# (kernels/scalar.py) says ``fuse``. The GEMM's epilogue applies those whose
+# gradient is a function of the output; for the others (``codes.PRE_KEPT``)
+# the GEMM writes the pre-activation, which the backward needs, and one
+# unary pass applies the activation.
+ACTIVATIONS = codes.ACTIVATIONS
+_PRE_KEPT = codes.PRE_KEPT
 
 
 def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,

@@ -33,8 +33,8 @@ class Op:
     one. ``method``: also a Tensor method of the same name (``x.relu()``).
     ``operators``: the Tensor operators that run it; a reflected one
     (``__radd__``) passes the tensor second. ``numpy``: the NumPy ufuncs
-    that run it on a tensor. ``fuse``: ``linear(..., activation=name)``
-    applies it in the GEMM's epilogue. ``torch``: the PyTorch expression the
+    that run it on a tensor. (Whether ``linear(..., activation=name)``
+    applies it is its code's record in ``kernels/scalar.py``.) ``torch``: the PyTorch expression the
     tests compare it with, in the names ``torch``, ``F`` (functional) and
     the inputs ``a``, ``b`` (a string: the package never imports PyTorch).
     ``sample``: the input shapes of that test; ``domain``: "positive" when
@@ -49,7 +49,6 @@ class Op:
     method: bool = False
     operators: tuple[str, ...] = ()
     numpy: tuple[str, ...] = ()
-    fuse: bool = False
     torch: str | None = None
     sample: tuple[tuple[int, ...], ...] = ((3, 4),)
     domain: str = "real"
@@ -71,12 +70,12 @@ OPS: tuple[Op, ...] = (
        torch="torch.neg(a)"),
     Op("pow", ew.pow, codes.POW, operators=("__pow__",), torch="torch.pow(a, 3)",
        args=(3,)),
-    Op("relu", ew.relu, codes.RELU, method=True, fuse=True, torch="torch.relu(a)"),
-    Op("leaky_relu", ew.leaky_relu, codes.LEAKY_RELU, method=True, fuse=True,
+    Op("relu", ew.relu, codes.RELU, method=True, torch="torch.relu(a)"),
+    Op("leaky_relu", ew.leaky_relu, codes.LEAKY_RELU, method=True,
        torch="F.leaky_relu(a)"),
-    Op("tanh", ew.tanh, codes.TANH, method=True, numpy=("tanh",), fuse=True,
+    Op("tanh", ew.tanh, codes.TANH, method=True, numpy=("tanh",),
        torch="torch.tanh(a)"),
-    Op("sigmoid", ew.sigmoid, codes.SIGMOID, method=True, fuse=True, torch="torch.sigmoid(a)"),
+    Op("sigmoid", ew.sigmoid, codes.SIGMOID, method=True, torch="torch.sigmoid(a)"),
     Op("exp", ew.exp, codes.EXP, method=True, numpy=("exp",), torch="torch.exp(a)"),
     Op("log", ew.log, codes.LOG, method=True, numpy=("log",), torch="torch.log(a)",
        domain="positive"),
@@ -131,8 +130,8 @@ OPS: tuple[Op, ...] = (
     Op("where", select.where, numpy=("where",)),   # vs torch: tests/test_select.py
     Op("astype", select.astype, method=True),
     # --- activations
-    Op("gelu", activations.gelu, codes.GELU, method=True, fuse=True, torch="F.gelu(a)"),
-    Op("silu", activations.silu, codes.SILU, method=True, fuse=True, torch="F.silu(a)"),
+    Op("gelu", activations.gelu, codes.GELU, method=True, torch="F.gelu(a)"),
+    Op("silu", activations.silu, codes.SILU, method=True, torch="F.silu(a)"),
     Op("softplus", activations.softplus, codes.SOFTPLUS, method=True,
        torch="F.softplus(a, 2.0, 1.5)", args=(2.0, 1.5)),
     Op("abs", activations.abs, codes.ABS, method=True, numpy=("absolute",),
@@ -199,9 +198,8 @@ OPS: tuple[Op, ...] = (
 )
 
 BY_NAME = {op.name: op for op in OPS}
-# what linear's epilogue applies: name -> kernel code
+# what linear applies with its GEMM: name -> kernel code (the codes' records)
 ACTIVATIONS = matmul.ACTIVATIONS
-ACTIVATIONS.update({op.name: op.code for op in OPS if op.fuse})
 # NumPy ufunc name -> the op that answers it on a tensor; other NumPy
 # function name -> its op (ops/numpy_api.py adapts NumPy's arguments)
 UFUNCS = {u: op.fn for op in OPS for u in op.numpy if isinstance(getattr(np, u, None), np.ufunc)}

@@ -84,11 +84,9 @@ MT_MIN_MEMORY = env_int("NUMBAGRAD_PARALLEL_MIN_MEMORY", 1 << 21) or NEVER
 # kernels whose every call is memory-bound (binary_backward: the add's, the
 # mul's; the broadcast operand's sums take its threaded twin from 2**21 too)
 MEMORY_BOUND = frozenset({"axpby", "scaled_add", "binary", "binary_backward", "mse"})
-# unary codes as cheap as a copy (the others call libm or, for float32's
-# GELU, vmath's polynomials)
-CHEAP_UNARY = frozenset({scalar.IDENT, scalar.NEG, scalar.RELU, scalar.LEAKY_RELU,
-                         scalar.ADD_S, scalar.MUL_S, scalar.RSUB_S, scalar.DIV_S,
-                         scalar.RDIV_S, scalar.ABS, scalar.CLAMP_MIN, scalar.CLAMP_MAX})
+# unary codes as cheap as a copy (their records' ``cheap``; the others call
+# libm or, for float32's GELU, vmath's polynomials)
+CHEAP_UNARY = scalar.CHEAP_UNARY
 
 
 def memory_bound(name: str, args: tuple) -> bool:

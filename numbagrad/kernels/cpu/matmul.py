@@ -168,6 +168,17 @@ def _epilogue(code, out, bias, has_bias, p):
                 out[i, j] = _unary(code, out[i, j], p)
 
 
+_EPILOGUE = tuple(sorted(scalar.EPILOGUE))
+
+
+@njit(error_model="numpy", inline="always")
+def _check_epilogue(code):
+    for c in _EPILOGUE:
+        if code == c:
+            return
+    raise ValueError("linear: unknown epilogue code")
+
+
 @njit(cache=True, error_model="numpy")
 def linear(x, w, bias, out, has_bias, code, p):
     """out = f(x @ w.T + bias), PyTorch's F.linear then the activation ``code``
@@ -175,7 +186,8 @@ def linear(x, w, bias, out, has_bias, code, p):
     SIGMOID, with parameter ``p``). Without an activation the bias is
     broadcast into ``out`` and one GEMM adds the product with beta=1; with
     one, the GEMM writes ``out`` and a single epilogue pass adds the bias and
-    applies the activation."""
+    applies the activation. Any other code raises before anything is written."""
+    _check_epilogue(code)
     _linear_block(x, w, bias, out, has_bias, code, p, False, out.shape[1])
 
 
@@ -195,15 +207,19 @@ def _linear_block(x, w, bias, out, has_bias, code, p, direct, ldc):
         gemm(x, w, out, False, True, 1.0, beta)
     if code == scalar.IDENT:
         return
-    # one loop per code, the code a constant in each (see elementwise.py)
+    # one loop per code, the code a constant in each (see elementwise.py);
+    # the codes are scalar.EPILOGUE's, and any other raises (``linear``
+    # checks first, so nothing is written then)
     if code == scalar.RELU:
         _epilogue(scalar.RELU, out, bias, has_bias, p)
     elif code == scalar.LEAKY_RELU:
         _epilogue(scalar.LEAKY_RELU, out, bias, has_bias, p)
     elif code == scalar.TANH:
         _epilogue(scalar.TANH, out, bias, has_bias, p)
-    else:
+    elif code == scalar.SIGMOID:
         _epilogue(scalar.SIGMOID, out, bias, has_bias, p)
+    else:
+        raise ValueError("linear: unknown epilogue code")
 
 
 # ------------------------------------------------------------ threaded twins
@@ -262,6 +278,7 @@ def linear_mt(x, w, bias, out, has_bias, code, p):
     if parts == 1:
         linear(x, w, bias, out, has_bias, code, p)
         return
+    _check_epilogue(code)
     ldc = out.shape[1]
     previous = _set_blas_threads(1)
     for q in prange(parts):

@@ -162,7 +162,11 @@ def gemm(a, b, out, trans_a, trans_b, alpha, beta) -> None:
 
 def linear(x, w, bias, out, has_bias, code, p) -> None:
     """out = f(x @ w.T + bias): one GEMM launch, the bias and the activation
-    ``code`` (see ``kernels.cpu.linear``) applied in its epilogue."""
+    ``code`` (see ``kernels.cpu.linear``) applied in its epilogue. Any code
+    outside ``scalar.EPILOGUE`` raises on the host, before the launch."""
+    if code not in scalar.EPILOGUE:
+        raise ValueError(f"linear: unknown epilogue code {code} (known: "
+                         f"{sorted(scalar.EPILOGUE)})")
     _launch_gemm(x, w, out, False, True, 1.0, 0.0, bias if has_bias else None, code, p)
 
 
