@@ -185,3 +185,29 @@ def test_five_thousand_micro_steps_do_not_grow_memory():
     finally:
         tracemalloc.stop()
     assert grown < 64 * 1024, f"{grown} bytes more after 5000 micro-steps"
+
+
+# ------------------------------------------------------- a number ** tensor
+@pytest.mark.parametrize("base", [2.0, 0.5, 0.0, -2.0, 1.0])
+def test_a_number_raised_to_a_tensor_matches_pytorch(dev, base):
+    torch = pytest.importorskip("torch")
+    t_host = np.array([[-1.5, 0.0, 0.5], [2.0, 3.0, -np.inf], [np.nan, 1.0, -1.0]])
+    if base < 0:   # real results for whole exponents only
+        t_host = np.array([[-1.0, 0.0, 2.0], [3.0, -2.0, 1.0]])
+    t = ng.param(t_host, device=dev.name)
+    with ng.grad_tape():
+        y = base ** t                               # Tensor.__rpow__
+        loss = ng.sum(y * y.astype(np.float64))     # a gradient that depends on y
+    grads = ng.backward(loss)
+    tt = torch.tensor(t_host, requires_grad=True)
+    ty = base ** tt
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-14)
+    np.testing.assert_allclose(host(grads[t.id]), tt.grad.numpy(), rtol=1e-14)
+    np.testing.assert_array_equal(ng.pow(base, t).numpy(), y.numpy())
+
+
+def test_pow_of_two_tensors_is_still_refused_by_name():
+    x = ng.tensor(np.ones(3))
+    with pytest.raises(TypeError, match="pow: the exponent must be a Python real number"):
+        ng.pow(x, x)

@@ -66,10 +66,12 @@ UNARY = (
     UnaryCode("clamp_min", cheap=True),
     UnaryCode("clamp_max", cheap=True),
     UnaryCode("softplus_beta"),
+    UnaryCode("rpow_s"),     # p ** x: a Python number raised to a tensor
 )
 IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
     ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S, \
-    GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX, SOFTPLUS_BETA = range(len(UNARY))
+    GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX, SOFTPLUS_BETA, \
+    RPOW_S = range(len(UNARY))
 N_UNARY = len(UNARY)
 # What follows from the records (nothing per code is kept anywhere else):
 # codes as cheap as a copy (the CPU's memory-bound threading threshold)
@@ -160,6 +162,10 @@ def unary(code, x, p):
         return p if x > p else x
     if code == SOFTPLUS_BETA:
         return x if x * p > _SOFTPLUS_THRESHOLD else math.log1p(math.exp(x * p)) / p
+    if code == RPOW_S:   # 0 ** x spelled out: the simulator's NumPy warns at 0 ** -1
+        if p == 0 and x == x:
+            return 0.0 if x > 0 else (1.0 if x == 0 else math.inf)
+        return p ** x
     raise ValueError("unary: unknown op code")
 
 
@@ -220,6 +226,10 @@ def unary_grad(code, x, y, p):
             return 1.0
         z = math.exp(x * p)
         return z / (z + 1)
+    if code == RPOW_S:   # y log(p); 0 where p == 0 and x >= 0, as PyTorch
+        if p == 0:
+            return 0.0 if x >= 0 else y * -math.inf   # inf, or nan at nan
+        return y * math.log(p) if p > 0 else math.nan
     raise ValueError("unary_grad: unknown op code")
 
 

@@ -137,8 +137,12 @@ def neg(x: Any) -> Tensor:
     return _unary(codes.NEG, x, 0.0, "neg")
 
 
-def pow(x: Any, p: float) -> Tensor:  # noqa: A001 (ng.pow, as torch.pow)
-    """x ** p for a Python real exponent ``p``."""
+def pow(x: Any, p: Any) -> Tensor:  # noqa: A001 (ng.pow, as torch.pow)
+    """x ** p for a Python real exponent ``p``, or a Python real base ``x``
+    raised to a tensor ``p`` (``2.0 ** t``; its gradient p's: x ** p * log(x),
+    0 where x == 0 and p >= 0, as PyTorch's)."""
+    if is_scalar(x) and not is_scalar(p):
+        return _unary(codes.RPOW_S, p, float(x), "pow")
     if not is_scalar(p):
         raise TypeError(f"pow: the exponent must be a Python real number, got "
                         f"{type(p).__name__}; tensor exponents are not supported")

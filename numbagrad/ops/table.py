@@ -68,7 +68,7 @@ OPS: tuple[Op, ...] = (
        numpy=("divide", "true_divide"), torch="torch.div(a, b)", sample=_PAIR),
     Op("neg", ew.neg, codes.NEG, operators=("__neg__",), numpy=("negative",),
        torch="torch.neg(a)"),
-    Op("pow", ew.pow, codes.POW, operators=("__pow__",), torch="torch.pow(a, 3)",
+    Op("pow", ew.pow, codes.POW, operators=("__pow__", "__rpow__"), torch="torch.pow(a, 3)",
        args=(3,)),
     Op("relu", ew.relu, codes.RELU, method=True, torch="torch.relu(a)"),
     Op("leaky_relu", ew.leaky_relu, codes.LEAKY_RELU, method=True,

@@ -175,6 +175,8 @@ def _unary_block(code, x, out, p, alpha, beta, r0, r1, c0, c1):
         _unary_loop(scalar.CLAMP_MAX, x, out, p, alpha, beta, r0, r1, c0, c1)
     elif code == scalar.SOFTPLUS_BETA:
         _unary_loop(scalar.SOFTPLUS_BETA, x, out, p, alpha, beta, r0, r1, c0, c1)
+    elif code == scalar.RPOW_S:
+        _unary_loop(scalar.RPOW_S, x, out, p, alpha, beta, r0, r1, c0, c1)
     else:
         raise ValueError("unary_block: unknown op code")
 
@@ -258,6 +260,8 @@ def _unary_backward_block(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
         _unary_backward_loop(scalar.CLAMP_MAX, x, y, gout, dest, beta, p, r0, r1, c0, c1)
     elif code == scalar.SOFTPLUS_BETA:
         _unary_backward_loop(scalar.SOFTPLUS_BETA, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+    elif code == scalar.RPOW_S:
+        _unary_backward_loop(scalar.RPOW_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
     else:
         raise ValueError("unary_backward_block: unknown op code")
 
