@@ -34,9 +34,10 @@ class Op:
     ``operators``: the Tensor operators that run it; a reflected one
     (``__radd__``) passes the tensor second. ``numpy``: the NumPy ufuncs
     that run it on a tensor. (Whether ``linear(..., activation=name)``
-    applies it is its code's record in ``kernels/scalar.py``.) ``torch``: the PyTorch expression the
-    tests compare it with, in the names ``torch``, ``F`` (functional) and
-    the inputs ``a``, ``b`` (a string: the package never imports PyTorch).
+    applies it is its code's record in ``kernels/scalar.py``.) ``torch``:
+    the PyTorch expression the tests compare it with, in the names
+    ``torch``, ``F`` (functional) and the inputs ``a``, ``b`` (a string: the
+    package never imports PyTorch).
     ``sample``: the input shapes of that test; ``domain``: "positive" when
     the inputs must be > 0; ``targets``: how many of the last inputs are
     data the op never differentiates (a loss's target); ``args``: further
