@@ -211,3 +211,76 @@ def test_pow_of_two_tensors_is_still_refused_by_name():
     x = ng.tensor(np.ones(3))
     with pytest.raises(TypeError, match="pow: the exponent must be a Python real number"):
         ng.pow(x, x)
+
+
+# ----------------------------------------------- a loss target that needs a gradient
+TARGET_LOSSES = {
+    "mse_loss": ({}, False), "l1_loss": ({}, False), "smooth_l1_loss": ({"beta": 0.7}, False),
+    "huber_loss": ({"delta": 0.7}, False), "binary_cross_entropy": ({}, True),
+    "binary_cross_entropy_with_logits": ({}, False),
+}
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name", sorted(TARGET_LOSSES))
+def test_a_loss_target_that_requires_grad_gets_pytorchs_gradient(dev, name, reduction):
+    """mse_loss(W @ x1, W @ x2): W's gradient has both terms, as PyTorch's."""
+    torch = pytest.importorskip("torch")
+    kwargs, probabilities = TARGET_LOSSES[name]
+    rng = np.random.default_rng(3)
+    w_host, x1, x2 = rng.normal(size=(2, 3)), rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    weights = rng.normal(size=(2, 4))
+    x1[:, 0] = x2[:, 0]   # equal pred and target in one column: the ties' gradient
+    W = dev.param(w_host)
+    with ng.grad_tape():
+        pred, target = W @ dev.tensor(x1), W @ dev.tensor(x2)
+        if probabilities:
+            pred, target = ng.sigmoid(pred), ng.sigmoid(target)
+        loss = getattr(ng, name)(pred, target, reduction=reduction, **kwargs)
+        total = (loss * dev.tensor(weights)).sum() if reduction == "none" else loss
+    grads = ng.backward(total)
+    tw = torch.tensor(w_host, requires_grad=True)
+    tp, tt = tw @ torch.tensor(x1), tw @ torch.tensor(x2)
+    if probabilities:
+        tp, tt = torch.sigmoid(tp), torch.sigmoid(tt)
+    tl = getattr(torch.nn.functional, name)(tp, tt, reduction=reduction, **kwargs)
+    (tl * torch.tensor(weights) if reduction == "none" else tl).sum().backward()
+    np.testing.assert_allclose(host(loss), tl.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(host(grads[W.id]), tw.grad.numpy(), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["binary_cross_entropy", "binary_cross_entropy_with_logits"])
+def test_a_probability_target_param_gets_pytorchs_gradient_at_the_edges(dev, name):
+    torch = pytest.importorskip("torch")
+    x_host = np.array([0.3, 0.0, 1.0, 0.7, 1e-50, 0.5])
+    t_host = np.array([0.2, 0.5, 0.5, 0.7, 0.1, 1.0])
+    x, t = dev.tensor(x_host), dev.param(t_host)
+    with ng.grad_tape():
+        loss = getattr(ng, name)(x, t, reduction="sum")
+    grads = ng.backward(loss)
+    tt = torch.tensor(t_host, requires_grad=True)
+    getattr(torch.nn.functional, name)(torch.tensor(x_host), tt, reduction="sum").backward()
+    np.testing.assert_allclose(host(grads[t.id]), tt.grad.numpy(), rtol=1e-13)
+    assert x.id not in grads
+
+
+def test_a_compiled_step_gives_the_target_its_gradient():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    w_host = rng.normal(size=(2, 3))
+    batches = [(rng.normal(size=(3, 4)), rng.normal(size=(3, 4))) for _ in range(3)]
+    W = ng.param(w_host)
+    opt = ng.optim.SGD([W], lr=0.1)
+
+    def loss_fn(x1, x2):
+        return ng.mse_loss(W @ x1, W @ x2)
+    step = ng.compile(loss_fn, optimizer=opt)
+    tw = torch.tensor(w_host, requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.1)
+    for _ in range(2):
+        for x1, x2 in batches:
+            step(ng.tensor(x1), ng.tensor(x2))
+            topt.zero_grad()
+            torch.nn.functional.mse_loss(tw @ torch.tensor(x1), tw @ torch.tensor(x2)).backward()
+            topt.step()
+    np.testing.assert_allclose(W.numpy(), tw.detach().numpy(), rtol=1e-12)

@@ -352,3 +352,30 @@ def loss_term_grad(code, x, t, p):
         e = math.exp(x)
         return e / (1 + e) - t
     raise ValueError("loss_term_grad: unknown loss code")
+
+
+def loss_term_grad_target(code, x, t, p):
+    """d(loss_term)/dt, PyTorch's target gradient: -d/dx for the losses of
+    x - t (written out: a kernel's formula cannot call another); binary cross-entropy's log(1 - x) - log(x), unclamped (inf at x = 0,
+    as PyTorch); with logits, -x."""
+    if code == BCE:
+        lx = math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+        l1x = math.log1p(-x) if x < 1 else (-math.inf if x == 1 else math.nan)
+        return l1x - lx
+    if code == LOGITS_BCE:
+        return -x
+    # The losses of d = x - t are odd in d: d/dt is d/dx's formula at t - x.
+    d = t - x
+    if code == L1:
+        return 1.0 if d > 0 else (-1.0 if d < 0 else 0.0)
+    if code == SMOOTH_L1:
+        if d < -p:
+            return -1.0
+        return 1.0 if d > p else d / p
+    if code == HUBER:
+        if d < -p:
+            return -p
+        return p if d > p else d
+    if code == SQUARED:
+        return 2.0 * d
+    raise ValueError("loss_term_grad_target: unknown loss code")

@@ -48,9 +48,12 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
 
     ``reduction="mean"`` averages over all elements (nan for none, as
     PyTorch), ``"sum"`` adds them, ``"none"`` gives the per-element losses.
-    The target never receives a gradient. One fused kernel computes the
-    loss and, for the backward pass, the residual gradient.
+    One fused kernel computes the loss and, for the backward pass, the
+    residual gradient; a target that requires a gradient gets it (as
+    PyTorch), through the per-element terms' kernels.
     """
+    if isinstance(target, Tensor) and target.requires_grad and _tape_state.box[0] > 0:
+        return _pointwise(codes.SQUARED, pred, target, reduction, 0.0, "mse_loss")
     if reduction != "mean":
         if reduction == "none":
             return _pointwise(codes.SQUARED, pred, target, reduction, 0.0, "mse_loss")
@@ -105,8 +108,10 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
     """PyTorch's ``F.binary_cross_entropy_with_logits``: the sigmoid and the
     binary cross-entropy in one stable formula (fine for logits of +-1000).
     ``target`` holds probabilities in [0, 1], same shape as ``logits``; the
-    mean over no elements is nan, as PyTorch."""
-    if reduction == "none":
+    mean over no elements is nan, as PyTorch. A target that requires a
+    gradient gets PyTorch's, -logits (times the output's gradient)."""
+    if reduction == "none" or (isinstance(target, Tensor) and target.requires_grad
+                               and _tape_state.box[0] > 0):
         return _pointwise(codes.LOGITS_BCE, logits, target, reduction, 0.0,
                           "binary_cross_entropy_with_logits")
     check_reduction("binary_cross_entropy_with_logits", reduction)
@@ -309,23 +314,26 @@ def _pointwise(code: int, pred: Any, target: Any, reduction: str, p: float, op: 
     scale = _scale(reduction, x.size) if reduce else 1.0
     kernels.call(kern, "loss_terms", x.size, code, _flat(xd), _flat(td), _flat(out), reduce,
                  scale, scalar_of(dtype, p))
-    return result(out, kern, (x,), _pointwise_backward, (code, xd, td, scale, p, out.shape))
+    return result(out, kern, (x, t), _pointwise_backward, (code, xd, td, scale, p, out.shape))
 
 
 def _pointwise_backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    (x,) = node.inputs
     code, xd, td, scale, p, shape = node.saved
-    kern = x._kern
-    g = ones(kern, shape, xd.dtype) if gout is None else gout
-    dest, beta = ctx.dest(x)
-    kernels.call(kern, "loss_terms_backward", dest.size, code, _flat(xd), _flat(td), _flat(g),
-                 _flat(dest), scale, scalar_of(xd.dtype, p), beta)
+    for wrt_target, x in enumerate(node.inputs):   # (input, target): each that needs it
+        if not x.requires_grad:
+            continue
+        kern = x._kern
+        g = ones(kern, shape, xd.dtype) if gout is None else gout
+        dest, beta = ctx.dest(x)
+        kernels.call(kern, "loss_terms_backward", dest.size, code, _flat(xd), _flat(td),
+                     _flat(g), _flat(dest), scale, scalar_of(xd.dtype, p), beta,
+                     bool(wrt_target))
 
 
 def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
     """|input - target|, PyTorch's ``F.l1_loss`` (gradient 0 where they are
     equal); ``reduction`` "mean", "sum" or "none" (the per-element losses).
-    Same shapes; the target gets no gradient (as ``mse_loss``)."""
+    Same shapes; a target that requires a gradient gets it, as PyTorch."""
     return _pointwise(codes.L1, input, target, reduction, 0.0, "l1_loss")
 
 
@@ -356,7 +364,8 @@ def binary_cross_entropy(input: Any, target: Any, reduction: str = "mean") -> Te
     -(t log(x) + (1 - t) log(1 - x)), each log clamped at -100, its gradient's
     denominator x (1 - x) at 1e-12. Inputs outside [0, 1] are an error on the
     CPU (checked on the host; on "cuda" they are not read back: nan or
-    garbage). See ``l1_loss`` for shapes and ``reduction``."""
+    garbage). See ``l1_loss`` for shapes and ``reduction``; the target's
+    gradient is PyTorch's, log(1 - x) - log(x), unclamped."""
     return _pointwise(codes.BCE, input, target, reduction, 0.0, "binary_cross_entropy")
 
 

@@ -10,6 +10,7 @@ from .. import scalar
 
 _term = njit(scalar.loss_term)
 _term_grad = njit(scalar.loss_term_grad)
+_term_grad_target = njit(scalar.loss_term_grad_target)
 
 
 @njit(cache=True, error_model="numpy")
@@ -27,12 +28,17 @@ def loss_terms(code, x, t, out, reduce, scale, p):
 
 
 @njit(cache=True, error_model="numpy")
-def loss_terms_backward(code, x, t, gout, dest, scale, p, beta):
+def loss_terms_backward(code, x, t, gout, dest, scale, p, beta, target):
     """dest = scale * g * term'(x, t) + beta * dest, g = gout[i] (or gout[0]
-    for a one-element gout: a reduced loss's gradient)."""
+    for a one-element gout: a reduced loss's gradient); the derivative is
+    d/dx, or d/dt when ``target``."""
     one = gout.size == 1
     for i in range(x.size):
-        d = scale * (gout[0] if one else gout[i]) * _term_grad(code, x[i], t[i], p)
+        g = scale * (gout[0] if one else gout[i])
+        if target:
+            d = g * _term_grad_target(code, x[i], t[i], p)
+        else:
+            d = g * _term_grad(code, x[i], t[i], p)
         dest[i] = d if beta == 0 else d + beta * dest[i]
 
 

@@ -12,6 +12,7 @@ from ._core import (THREADS, Config, array_type, block_total, checked_code, grid
 
 _term = cuda.jit(device=True)(scalar.loss_term)
 _term_grad = cuda.jit(device=True)(scalar.loss_term_grad)
+_term_grad_target = cuda.jit(device=True)(scalar.loss_term_grad_target)
 
 
 def _a(dt, ndim=1):
@@ -47,13 +48,17 @@ def _loss_terms_sum_source(config: Config, dtype):
 
 
 @kernel("loss_terms_backward", lambda dt: (int64, _a(dt), _a(dt), _a(dt), _a(dt), float64, dt,
-                                           float64))
+                                           float64, types.boolean))
 def _loss_terms_backward_source(config: Config, dtype):
-    def loss_terms_backward_kernel(code, x, t, gout, dest, scale, p, beta):
+    def loss_terms_backward_kernel(code, x, t, gout, dest, scale, p, beta, target):
         one = gout.size == 1
         i = cuda.grid(1)
         while i < x.size:
-            d = scale * (gout[0] if one else gout[i]) * _term_grad(code, x[i], t[i], p)
+            g = scale * (gout[0] if one else gout[i])
+            if target:
+                d = g * _term_grad_target(code, x[i], t[i], p)
+            else:
+                d = g * _term_grad(code, x[i], t[i], p)
             dest[i] = d if beta == 0.0 else d + beta * dest[i]
             i += cuda.gridsize(1)
     return loss_terms_backward_kernel
@@ -131,12 +136,12 @@ def loss_terms(code, x, t, out, reduce, scale, p) -> None:
         launch("loss_terms", out.dtype, grid(x.size), THREADS, code, x, t, out, dt(p))
 
 
-def loss_terms_backward(code, x, t, gout, dest, scale, p, beta) -> None:
+def loss_terms_backward(code, x, t, gout, dest, scale, p, beta, target) -> None:
     """See ``kernels.cpu.loss_terms_backward``."""
     code = checked_code("loss_terms_backward", code, scalar.N_LOSS)
     if x.size:
         launch("loss_terms_backward", dest.dtype, grid(x.size), THREADS, code, x, t, gout, dest,
-               float(scale), dest.dtype.type(p), float(beta))
+               float(scale), dest.dtype.type(p), float(beta), bool(target))
 
 
 def nll(x, labels, out, count, reduce, mean, ignore) -> None:
