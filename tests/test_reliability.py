@@ -284,3 +284,29 @@ def test_a_compiled_step_gives_the_target_its_gradient():
             torch.nn.functional.mse_loss(tw @ torch.tensor(x1), tw @ torch.tensor(x2)).backward()
             topt.step()
     np.testing.assert_allclose(W.numpy(), tw.detach().numpy(), rtol=1e-12)
+
+
+# ------------------------------------------ cross_entropy with every label ignored
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_an_all_ignored_micro_batch_gives_a_nan_loss_and_keeps_the_window(dev, smoothing):
+    """PyTorch: nan loss, zero gradients; the window's other micro-batch is kept."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    w_host, xs = rng.normal(size=(4, 3)), [rng.normal(size=(5, 4)) for _ in range(2)]
+    labels = [np.array([0, 2, -100, 1, 2]), np.full(5, -100)]
+    W = dev.param(w_host)
+    opt = ng.optim.SGD([W], lr=0.5, accumulate_steps=2)
+    tw = torch.tensor(w_host, requires_grad=True)
+    for x, y in zip(xs, labels):
+        with ng.grad_tape():
+            loss = ng.cross_entropy(dev.tensor(x) @ W, y, label_smoothing=smoothing)
+        ng.backward(loss)
+        opt.step()
+        tl = torch.nn.functional.cross_entropy(torch.tensor(x) @ tw, torch.tensor(y),
+                                               label_smoothing=smoothing)
+        (tl / 2).backward()
+        np.testing.assert_allclose(host(loss), tl.detach().numpy(), rtol=1e-12)
+    assert np.isnan(host(loss)) and opt.t == 1
+    with torch.no_grad():
+        tw -= 0.5 * tw.grad
+    np.testing.assert_allclose(W.numpy(), tw.detach().numpy(), rtol=1e-12)

@@ -288,7 +288,11 @@ def _cross_entropy_composed(x: Tensor, target: Any, reduction: str, ignore: int,
     if reduction == "none":
         return per
     total = reductions.sum(per)
-    return total if reduction == "sum" else ew.mul(total, mean_scale(count))
+    if reduction == "sum":
+        return total
+    if count == 0:   # PyTorch: a nan loss, and zero gradients (a window is not lost)
+        return ew.add(ew.mul(total, 0.0), math.nan)
+    return ew.mul(total, mean_scale(count))
 
 
 # ------------------------------------------- issue 17: more losses, reduction="none"
