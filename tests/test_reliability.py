@@ -310,3 +310,55 @@ def test_an_all_ignored_micro_batch_gives_a_nan_loss_and_keeps_the_window(dev, s
     with torch.no_grad():
         tw -= 0.5 * tw.grad
     np.testing.assert_allclose(W.numpy(), tw.detach().numpy(), rtol=1e-12)
+
+
+# ------------------------------------------------------ attention and non-finite input
+ATTENTION_POISON = {
+    "nan in q": ("q", (0, 1, 2), np.nan, None), "inf in q": ("q", (0, 1, 2), np.inf, None),
+    "nan in k": ("k", (0, 3, 0), np.nan, None), "-inf in k": ("k", (0, 2, 1), -np.inf, None),
+    "scale=inf": (None, None, None, np.inf),
+}
+
+
+@pytest.mark.filterwarnings("ignore:.*encountered in scalar:RuntimeWarning")  # the simulator
+@pytest.mark.parametrize("case", sorted(ATTENTION_POISON))
+def test_attention_propagates_nan_and_inf_as_pytorch(dev, case):
+    torch = pytest.importorskip("torch")
+    which, where, value, scale = ATTENTION_POISON[case]
+    rng = np.random.default_rng(9)
+    arrays = {"q": rng.normal(size=(1, 3, 4)), "k": rng.normal(size=(1, 5, 4)),
+              "v": rng.normal(size=(1, 5, 2))}
+    if which is not None:
+        arrays[which][where] = value
+    g = rng.normal(size=(1, 3, 2))
+    ts = {n: dev.param(a) for n, a in arrays.items()}
+    with ng.grad_tape():
+        out = ng.scaled_dot_product_attention(ts["q"], ts["k"], ts["v"], scale=scale)
+        loss = (out * dev.tensor(g)).sum()
+    grads = ng.backward(loss)
+    tts = {n: torch.tensor(a, requires_grad=True) for n, a in arrays.items()}
+    tout = torch.nn.functional.scaled_dot_product_attention(tts["q"], tts["k"], tts["v"],
+                                                            scale=scale)
+    (tout * torch.tensor(g)).sum().backward()
+    assert np.isnan(tout.detach().numpy()).any()   # the case is a non-finite one
+    np.testing.assert_allclose(host(out), tout.detach().numpy(), rtol=1e-12)
+    for n, t in ts.items():
+        np.testing.assert_allclose(host(grads[t.id]), tts[n].grad.numpy(), rtol=1e-10,
+                                   atol=1e-14, err_msg=n)
+
+
+def test_a_nan_attention_score_trips_the_non_finite_guard(dev):
+    rng = np.random.default_rng(10)
+    q_host = rng.normal(size=(1, 3, 4))
+    q_host[0, 0, 0] = np.nan
+    w = dev.param(rng.normal(size=(4, 4)))
+    before = w.numpy().copy()
+    opt = ng.optim.SGD([w], lr=0.1)
+    x = dev.tensor(rng.normal(size=(1, 5, 4)))
+    with ng.grad_tape():
+        out = ng.scaled_dot_product_attention(dev.tensor(q_host), x @ w, x)
+        loss = out.sum()
+    ng.backward(loss)
+    with pytest.raises(FloatingPointError):
+        opt.step()
+    np.testing.assert_array_equal(w.numpy(), before)

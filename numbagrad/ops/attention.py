@@ -95,7 +95,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     for query i where j <= i (PyTorch's top-left alignment) and, as in
     PyTorch, refuses an ``attn_mask`` too; ``scale`` defaults to 1/sqrt(E).
     A query row with every key masked gives zeros (and zero gradients), as
-    PyTorch does. ``dropout_p`` > 0 drops probabilities with numbagrad's
+    PyTorch does; a nan score, or a +inf one (from an inf in q or k, or
+    ``scale=inf``), makes its row nan, and its gradients, as PyTorch's. ``dropout_p`` > 0 drops probabilities with numbagrad's
     generator (always: like PyTorch's function this takes no ``training``)."""
     q = operand(query, _OP, "query")
     k = operand(key, _OP, "key")

@@ -69,6 +69,9 @@ def rows(jit, stream_key, element_bits):
         peak, total = -math.inf, 0.0
         for j in range(stop):       # an online max and sum of exp(score - max)
             s = score(q, k, mask, qb, kb, mb, i, j, scale)
+            if s != s or s == math.inf:   # the row is nan, as PyTorch's
+                peak, total = math.nan, 1.0
+                break
             if s > peak:
                 total = total * math.exp(peak - s) + 1.0
                 peak = s
@@ -85,9 +88,8 @@ def rows(jit, stream_key, element_bits):
         for j in range(stop):
             w = math.exp(score(q, k, mask, qb, kb, mb, i, j, scale) - ls)
             w *= kept(cut, keep_scale, key, key2, base + j)
-            if w != 0.0:
-                for c in range(out.shape[2]):
-                    out[b, i, c] += w * v[vb, j, c]
+            for c in range(out.shape[2]):   # (w = 0 too: 0 * inf is nan, as the CPU's GEMM)
+                out[b, i, c] += w * v[vb, j, c]
 
     @jit
     def dq_row(q, k, v, mask, maps, causal, scale, cut, keep_scale, key, key2, out, lse, g,
@@ -106,8 +108,6 @@ def rows(jit, stream_key, element_bits):
             base = (b * big_l + i) * big_s
             for j in range(stop):
                 p = math.exp(score(q, k, mask, qb, kb, mb, i, j, scale) - ls)
-                if p == 0.0:
-                    continue
                 z = kept(cut, keep_scale, key, key2, base + j)
                 dp = z * dot(g, b, i, v, vb, j) if z != 0.0 else 0.0
                 ds = p * (dp - delta) * scale
@@ -137,8 +137,6 @@ def rows(jit, stream_key, element_bits):
                 if ls == -math.inf:
                     continue
                 p = math.exp(score(q, k, mask, qb, kb, mb, i, j, scale) - ls)
-                if p == 0.0:
-                    continue
                 z = kept(cut, keep_scale, key, key2, (b * big_l + i) * big_s + j)
                 if want_v and z != 0.0:
                     pz = p * z
@@ -182,8 +180,8 @@ def _probabilities(q, k, mask, maps, causal, scale, lse, sv, b, i0, n, cols, wri
                 sv[r, j] += mask[mb, mi, j if mask.shape[2] > 1 else 0]
         if write_lse:
             peak = -math.inf
-            for j in range(stop):
-                if sv[r, j] > peak:
+            for j in range(stop):     # a nan score makes the row nan, as PyTorch's
+                if sv[r, j] > peak or sv[r, j] != sv[r, j]:
                     peak = sv[r, j]
             lse[b, i] = peak
         ls = lse[b, i]
