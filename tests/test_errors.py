@@ -209,12 +209,41 @@ def test_a_rejected_state_dict_changes_nothing(dev):
     adam = ng.optim.Adam([dev.param(np.ones((2, 3)))]).state_dict()
     late = dict(before[2], pos=5)
     bad_lr = dict(before[2], hyper=dict(before[2]["hyper"], lr=-1.0))
+    group = before[2]["groups"][0]
+
+    def with_group(**change):   # a new lr and t too: neither may land when the rest fails
+        return dict(before[2], t=7, hyper=dict(before[2]["hyper"], lr=0.5),
+                    groups=[dict(group, **change)])
+    nan_slot = np.full(6, 0.5)
+    nan_slot[4] = np.nan
     for state, match in [(other, r"shapes \[\(3, 2\)\]"), (no_momentum, "momentum"),
                          (adam, "for Adam, not SGD"), (late, "position 5"),
-                         (bad_lr, "lr must be >= 0"), ({"type": "SGD"}, "malformed")]:
+                         (bad_lr, "lr must be >= 0"), ({"type": "SGD"}, "malformed"),
+                         (with_group(grad=np.array(list("abcdef"))), "'grad' holds <U1"),
+                         (with_group(grad=[object()] * 6), "'grad' holds object"),
+                         (with_group(live=np.array([0.5])), "'live' holds float64"),
+                         (with_group(slots={"momentum_buffer": nan_slot}),
+                          "'momentum_buffer' holds the non-finite nan at index 4")]:
         with pytest.raises(ValueError, match=match):
             opt.load_state_dict(state)
         assert_unchanged(before, snapshot(dev, opt, [W]))
+
+
+def test_a_state_dict_with_a_negative_second_moment_or_step_is_refused(dev):
+    W = dev.param(np.ones((2, 3)))
+    opt = ng.optim.Adam([W], lr=0.1)
+    mse_loss_of(dev, W, np.ones((3, 1)), np.zeros((2, 1))).backward()
+    opt.step()
+    before = snapshot(dev, opt, [W])
+    group = before[2]["groups"][0]
+    for name, match in [("exp_avg_sq", "'exp_avg_sq' holds the negative"),
+                        ("step", "'step' holds the negative")]:
+        slots = dict(group["slots"], **{name: -np.ones_like(group["slots"][name])})
+        with pytest.raises(ValueError, match=match):
+            opt.load_state_dict(dict(before[2], groups=[dict(group, slots=slots)]))
+        assert_unchanged(before, snapshot(dev, opt, [W]))
+    opt.load_state_dict(before[2])   # the good one still loads
+    assert_unchanged(before, snapshot(dev, opt, [W]))
 
 
 def test_an_optimizer_whose_param_was_adopted_elsewhere_refuses_to_step():

@@ -183,23 +183,26 @@ class Optimizer:
         """Apply the current window now, scaled by what it holds; False if it is empty.
 
         The scale is 1/micro-steps (average=True), 1 (False) or 1/samples
-        ("samples"). Under ``DistributedOptimizer`` every rank must call it
-        (one small allreduce agrees on the positions first): it applies when
-        any rank's window holds a micro-step, dividing by the micro-steps (or
-        samples) of all ranks; a rank whose window is empty adds its ``.grad``
-        (None, so zeros, unless backward ran without a step()).
+        ("samples"). Under ``DistributedOptimizer`` every rank must call it: it
+        applies when any rank's window holds a micro-step, dividing by the
+        micro-steps (or samples) of all ranks; a rank whose window is empty adds
+        its ``.grad`` (None, so zeros, unless backward ran without a step()).
+        The ranks agree on that in the window's one allreduce, which an empty
+        flush costs too.
         """
         self._check_usable()
         win = self._window
         win.claim("flush()")
         try:
-            positions = win.pos if win.hook is None else win.hook.total_positions(win.pos)
-            if not positions:
+            if win.hook is None and not win.pos:
                 win.release_if_idle()
                 return False
             lr = self._lr_for(win.t)
             win.warn_if_empty(None, win.pos)
-            return win.close(self._rule, lr, positions)
+            applied = win.close(self._rule, lr, win.pos if win.hook is None else None)
+            if not applied:
+                win.release_if_idle()
+            return applied
         except BaseException:
             win.release_if_idle()
             raise
@@ -299,7 +302,7 @@ class Optimizer:
 
     def _load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:
-            hyper, lr, counters = self._check_state(state)
+            hyper, lr, counters, arrays = self._check_state(state)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed optimizer state dict: {exc!r}") from None
         win = self._window
@@ -311,25 +314,23 @@ class Optimizer:
         self._rule.load(hyper)
         win.t, win.pos, win.samples, win.skipped, win.last_grad_norm = counters
         win.mode = state["mode"]
-        for g, saved in zip(win.groups, state["groups"]):
+        for g, saved in zip(win.groups, arrays):
             kern = g.kern
             tail = np.zeros(TAIL, g.dtype)
-            kernels.call(kern, "upload", 0,
-                         np.concatenate([np.asarray(saved["grad"], g.dtype), tail]), g.g)
+            kernels.call(kern, "upload", 0, np.concatenate([saved["grad"], tail]), g.g)
             for p, live in zip(g.params, saved["live"]):
                 p._live = bool(live)
             if saved["window"] is not None:
-                kernels.call(kern, "upload", 0,
-                             np.concatenate([np.asarray(saved["window"], g.dtype), tail]),
+                kernels.call(kern, "upload", 0, np.concatenate([saved["window"], tail]),
                              g.window())
             elif g.win is not None:
                 kernels.call(kern, "fill", 0, g.win, 0.0)
             g.seen = [bool(s) for s in saved["seen"]]
             for name, array in g.slots.items():
-                kernels.call(kern, "upload", 0, np.asarray(saved["slots"][name]), array)
+                kernels.call(kern, "upload", 0, saved["slots"][name], array)
             g.live_flags = None
 
-    def _check_state(self, state: Mapping[str, Any]) -> tuple[dict, Any, tuple]:
+    def _check_state(self, state: Mapping[str, Any]) -> tuple[dict, Any, tuple, list]:
         if state["type"] != type(self).__name__:
             raise ValueError(f"state dict is for {state['type']}, not {type(self).__name__}")
         win = self._window
@@ -355,6 +356,7 @@ class Optimizer:
                              f"average={hyper['average']!r}")
         norm = state.get("last_grad_norm")
         norm = None if norm is None else float(norm)
+        arrays: list[dict] = []
         if len(state["groups"]) != len(win.groups):
             raise ValueError(f"state dict has {len(state['groups'])} param groups, "
                              f"this optimizer {len(win.groups)}")
@@ -366,21 +368,20 @@ class Optimizer:
                                  f"shapes {shapes}) does not match this optimizer's "
                                  f"({g.kern.name}, {g.dtype}, shapes {mine})")
             n = len(g.params)
-            want = {"grad": (g.size,), "live": (n,), "seen": (n,)}
-            if saved_g["window"] is not None:
-                want["window"] = (g.size,)
-            for key, shape in want.items():
-                if np.shape(saved_g[key]) != shape:
-                    raise ValueError(f"state dict {key!r} has shape "
-                                     f"{np.shape(saved_g[key])}, expected {shape}")
             if set(saved_g["slots"]) != set(g.slots):
                 raise ValueError(f"state dict holds state {sorted(saved_g['slots'])}, this "
                                  f"optimizer {sorted(g.slots)}")
-            for name, array in g.slots.items():
-                if np.shape(saved_g["slots"][name]) != array.shape:
-                    raise ValueError(f"state dict {name!r} has shape "
-                                     f"{np.shape(saved_g['slots'][name])}, expected {array.shape}")
-        return hyper, lr, (t, pos, samples, skipped, norm)
+            window = saved_g["window"]
+            arrays.append({
+                "grad": _state_array(saved_g["grad"], "grad", (g.size,), g.dtype),
+                "live": _state_array(saved_g["live"], "live", (n,), np.bool_),
+                "seen": _state_array(saved_g["seen"], "seen", (n,), np.bool_),
+                "window": None if window is None else
+                _state_array(window, "window", (g.size,), g.dtype),
+                "slots": {name: _state_array(saved_g["slots"][name], name, array.shape,
+                                             array.dtype, True, name in _NON_NEGATIVE)
+                          for name, array in g.slots.items()}})
+        return hyper, lr, (t, pos, samples, skipped, norm), arrays
 
     def _checked_lr(self, saved: Any) -> Any:
         if not isinstance(saved, Mapping):
@@ -396,6 +397,41 @@ class Optimizer:
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={v!r}" for k, v in self._hyper().items())
         return f"{type(self).__name__}({len(self.params)} params, {hyper}, t={self.t})"
+
+
+# Optimizer state that is a count or a mean of squares: never negative.
+_NON_NEGATIVE = frozenset({"exp_avg_sq", "step"})
+
+
+def _state_array(value: Any, key: str, shape: tuple, dtype: Any, slot: bool = False,
+                 non_negative: bool = False) -> np.ndarray:
+    """A state dict's array ``key`` as a host array of ``dtype``, checked to
+    have ``shape`` and numbers of a kind that casts safely (flags: bools or
+    0/1); a ``slot`` (the optimizer's own state) must be finite, and with
+    ``non_negative`` not below 0. A ValueError naming it otherwise. (A
+    partial window's gradient may be non-finite: the window's policy
+    decides at its step.)"""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"state dict {key!r} is not an array: {exc}") from None
+    if array.shape != shape:
+        raise ValueError(f"state dict {key!r} has shape {array.shape}, expected {shape}")
+    want = np.dtype(dtype)
+    kind = array.dtype.kind
+    if kind not in "biuf" or (want.kind in "biu" and kind == "f") \
+            or (want.kind == "b" and kind != "b" and not np.isin(array, (0, 1)).all()):
+        raise ValueError(f"state dict {key!r} holds {array.dtype}, which is not {want}")
+    array = array.astype(want)
+    if slot and want.kind == "f" and not np.isfinite(array).all():
+        bad = np.flatnonzero(~np.isfinite(array))[0]
+        raise ValueError(f"state dict {key!r} holds the non-finite {array.flat[bad]} at "
+                         f"index {bad}")
+    if non_negative and (array < 0).any():
+        bad = np.flatnonzero(array < 0)[0]
+        raise ValueError(f"state dict {key!r} holds the negative {array.flat[bad]} at "
+                         f"index {bad}")
+    return array
 
 
 def _callable_name(fn: Any) -> str:
