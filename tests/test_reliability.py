@@ -362,3 +362,49 @@ def test_a_nan_attention_score_trips_the_non_finite_guard(dev):
     with pytest.raises(FloatingPointError):
         opt.step()
     np.testing.assert_array_equal(w.numpy(), before)
+
+
+# --------------------------------------------------- clamp, softplus and batch_norm edges
+@pytest.mark.parametrize("bounds", [(np.nan, 1.0), (-1.0, np.nan), (np.nan, None),
+                                    (None, np.nan), (np.nan, np.nan)])
+def test_a_nan_clamp_bound_gives_nan_and_no_gradient_as_pytorch(dev, bounds):
+    torch = pytest.importorskip("torch")
+    x_host = np.array([-2.0, 0.5, 3.0, np.nan])
+    x = dev.param(x_host)
+    with ng.grad_tape():
+        y = ng.clamp(x, *bounds)
+        loss = (y * dev.tensor(np.arange(1.0, 5.0))).sum()
+    grads = ng.backward(loss)
+    tx = torch.tensor(x_host, requires_grad=True)
+    ty = torch.clamp(tx, *bounds)
+    (ty * torch.arange(1.0, 5.0, dtype=torch.float64)).sum().backward()
+    assert np.isnan(ty.detach().numpy()).all()
+    np.testing.assert_array_equal(host(y), ty.detach().numpy())
+    np.testing.assert_array_equal(host(grads[x.id]), tx.grad.numpy())
+
+
+@pytest.mark.filterwarnings("ignore:.*encountered in scalar:RuntimeWarning")  # the simulator
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softplus_of_a_huge_input_with_beta_is_the_input_as_pytorch(dev, dtype):
+    torch = pytest.importorskip("torch")
+    big = np.finfo(dtype).max
+    x_host = np.array([big, 400.0, -big, 0.25], dtype)
+    x = dev.param(x_host)
+    with ng.grad_tape():
+        y = ng.softplus(x, beta=2.0)
+        loss = y.sum()
+    grads = ng.backward(loss)
+    tx = torch.tensor(x_host, requires_grad=True)
+    ty = torch.nn.functional.softplus(tx, beta=2.0)
+    ty.sum().backward()
+    np.testing.assert_allclose(host(y), ty.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(host(grads[x.id]), tx.grad.numpy(), rtol=1e-6)
+
+
+def test_batch_norm_refuses_eps_0_in_training_as_pytorch(dev):
+    x = dev.tensor(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="batch_norm: eps must be positive during training"):
+        ng.batch_norm(x, None, None, training=True, eps=0.0)
+    mean, var = dev.tensor(np.zeros(2)), dev.tensor(np.ones(2))
+    out = ng.batch_norm(x, mean, var, training=False, eps=0.0)   # evaluation: allowed
+    np.testing.assert_array_equal(host(out), np.ones((3, 2)))

@@ -157,9 +157,9 @@ def unary(code, x, p):
     if code == ABS:
         return abs(x)
     if code == CLAMP_MIN:
-        return p if x < p else x        # nan stays nan
+        return p if x < p or p != p else x        # nan stays nan; a nan bound gives nan
     if code == CLAMP_MAX:
-        return p if x > p else x
+        return p if x > p or p != p else x
     if code == SOFTPLUS_BETA:
         return x if x * p > _SOFTPLUS_THRESHOLD else math.log1p(math.exp(x * p)) / p
     if code == RPOW_S:   # 0 ** x spelled out: the simulator's NumPy warns at 0 ** -1

@@ -58,7 +58,8 @@ def abs(x: Any) -> Tensor:  # noqa: A001 (ng.abs, as torch.abs)
 
 def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     """min(max(x, min), max) with scalar bounds, PyTorch's ``torch.clamp``
-    (nan stays nan; where min > max every element is max). The gradient
+    (nan stays nan, a nan bound makes every element nan with a zero
+    gradient, and where min > max every element is max). The gradient
     passes where min <= x <= max."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")

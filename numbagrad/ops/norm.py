@@ -227,6 +227,9 @@ def _batch_norm(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: 
     if not is_scalar(momentum) or not 0.0 <= momentum <= 1.0:
         raise ValueError(f"{op}: momentum must be a real number in [0, 1], got {momentum!r}")
     eps = _eps(eps, op, x)
+    if training and eps == 0.0:   # as PyTorch: a constant channel would divide 0 by 0
+        raise ValueError(f"{op}: eps must be positive during training, got {eps!r} (input "
+                         f"of {describe(x)})")
     if (running_mean is None) != (running_var is None):
         raise ValueError(f"{op}: give both running_mean and running_var or neither")
     if running_mean is None and not training:

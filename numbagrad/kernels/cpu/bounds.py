@@ -7,11 +7,12 @@ from numba import njit
 
 @njit(cache=True, error_model="numpy")
 def clamp(x, out, lo, hi):
-    """out = min(max(x, lo), hi) (nan stays nan; every element hi where lo > hi)."""
+    """out = min(max(x, lo), hi) (nan stays nan, a nan bound gives nan; every element
+    hi where lo > hi)."""
     for i in range(x.size):
         v = x[i]
-        v = lo if v < lo else v
-        out[i] = hi if v > hi else v
+        v = lo if v < lo or lo != lo else v   # a nan bound gives nan
+        out[i] = hi if v > hi or hi != hi else v
 
 
 @njit(cache=True, error_model="numpy")

@@ -12,8 +12,8 @@ def _clamp_source(config: Config, dtype):
         i = cuda.grid(1)
         while i < x.size:
             v = x[i]
-            v = lo if v < lo else v
-            out[i] = hi if v > hi else v
+            v = lo if v < lo or lo != lo else v   # a nan bound gives nan
+            out[i] = hi if v > hi or hi != hi else v
             i += cuda.gridsize(1)
     return clamp_kernel
 
