@@ -2,8 +2,12 @@
 
 Generated modules are read and written only in a folder owned by this user
 with mode 0700; a module found there runs only if it holds exactly the
-source its name is the hash of. The loaded modules (``_modules``) and the
-refused folders (``_refused``) are this module's state: patch them here.
+source its name is the hash of. A cache entry that is not a regular file (a
+FIFO, a socket, a device, a folder, a symlink) is never opened for reading:
+it is replaced by the module, or, when that is impossible, the step runs
+without a file (uncached), with one warning either way. The loaded modules
+(``_modules``) and the refused folders (``_refused``) are this module's
+state: patch them here.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import hashlib
 import os
 import sys
 import warnings
-from stat import S_IMODE, S_ISDIR, S_ISLNK
+from stat import S_IMODE, S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISLNK, S_ISREG, S_ISSOCK
 from types import ModuleType
 
 from .. import _atomic, _cache
@@ -93,27 +97,71 @@ def _write(path: str, data: bytes) -> None:
         raise
 
 
-def _check_or_write(path: str, source: str) -> None:
-    """Make ``path`` hold exactly ``source``: write it if missing, and rewrite
-    it (with a warning) if it holds anything else."""
-    data = source.encode()
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, for a warning."""
+    for test, kind in ((S_ISFIFO, "a FIFO"), (S_ISSOCK, "a socket"), (S_ISLNK, "a symlink"),
+                       (S_ISDIR, "a folder"), (S_ISCHR, "a character device"),
+                       (S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return f"of file type {mode >> 12:o}"
+
+
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | _atomic.O_BINARY)
+
+
+def _read_existing(path: str) -> tuple[bytes | None, str]:
+    """What the cache entry ``path`` holds (None: there is none) and, when it is
+    not a regular file, what it is instead ("": a regular file). Anything but a
+    regular file is never opened (a FIFO would block the read forever); the
+    open neither follows a symlink nor waits, and its fstat catches a swap
+    between the lstat and the open."""
     try:
-        with open(path, "rb", opener=_no_follow) as f:
-            found: bytes | None = f.read()
+        st = os.lstat(path)
     except FileNotFoundError:
-        found = None
-    except OSError:          # a symlink, a folder: not a module this process wrote
-        found = b""
-    if found is not None and found != data:
-        warnings.warn(f"ng.compile: the cached module {path} does not match the source hash "
-                      f"in its name (truncated or modified); writing it again", RuntimeWarning,
-                      stacklevel=7)
-    if found != data:
+        return None, ""
+    if not S_ISREG(st.st_mode):
+        return b"", _kind(st.st_mode)
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None, ""
+    except OSError:          # unreadable, or swapped for a symlink: not a module written here
+        return b"", ""
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not S_ISREG(mode):
+            return b"", _kind(mode)
+        return f.read(), ""
+
+
+def _check_or_write(path: str, source: str) -> bool:
+    """Make ``path`` hold exactly ``source``: write it if missing, and rewrite
+    it (with a warning) if it holds anything else or is not a regular file.
+    False (with a warning) when a non-regular entry cannot be replaced."""
+    data = source.encode()
+    found, kind = _read_existing(path)
+    if found == data:
+        return True
+    if not kind:
+        if found is not None:
+            warnings.warn(f"ng.compile: the cached module {path} does not match the source "
+                          f"hash in its name (truncated or modified); writing it again",
+                          RuntimeWarning, stacklevel=7)
         _write(path, data)
-
-
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+        return True
+    try:
+        _write(path, data)
+    except OSError as exc:
+        warnings.warn(f"ng.compile: the cache entry {path} is not a regular file ({kind}) and "
+                      f"cannot be replaced ({exc.strerror or exc}); this step is not cached on "
+                      f"disk", RuntimeWarning, stacklevel=7)
+        return False
+    warnings.warn(f"ng.compile: the cache entry {path} was not a regular file ({kind}); it was "
+                  f"not opened, and the module was written in its place", RuntimeWarning,
+                  stacklevel=7)
+    return True
 
 
 def _load_module(source: str, folder: str) -> tuple[ModuleType, str]:
@@ -143,9 +191,10 @@ def _load_from(folder: str, name: str, source: str) -> tuple[ModuleType, str]:
     path = os.path.join(folder, name + ".py")
     module = _modules.get(path)
     if module is None:
-        _check_or_write(path, source)
-        module = _modules[path] = _exec(name, source, path)
-    return module, path
+        # a name that cannot hold the module: run it from memory, remembered so it warns once
+        module = _exec(name, source, path) if _check_or_write(path, source) else _exec(name, source)
+        _modules[path] = module
+    return module, module.__dict__.get("__file__", "")
 
 
 def _exec(name: str, source: str, path: str = "") -> ModuleType:
