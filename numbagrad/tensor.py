@@ -373,6 +373,11 @@ def as_tensor(array: Any) -> Tensor:
                         "use ng.tensor to convert")
     if not array.flags["C_CONTIGUOUS"]:
         raise ValueError("as_tensor needs a C-contiguous array; use ng.tensor to copy")
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
+        raise ValueError(f"as_tensor: the {array.dtype} array of shape {array.shape} is "
+                         "read-only (np.load(mmap_mode='r'), writeable=False), and a tensor "
+                         "shares its memory; use ng.tensor to copy it (ops take read-only "
+                         "arrays as they are, copying them)")
     return _wrap(array, kern)
 
 
@@ -404,13 +409,15 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
     """``value`` as a Tensor on ``kern``'s device, for an op's operand.
 
     Tensors pass through. An array of ``like``'s device that is C-contiguous
-    float32/float64 is wrapped without a copy; other host data is copied for
-    a "cpu" op and refused for a "cuda" one (that would be a hidden copy).
+    float32/float64 (and, on the host, writable) is wrapped without a copy;
+    other host data, a read-only array (``np.load(mmap_mode="r")``) among
+    it, is copied for a "cpu" op and refused for a "cuda" one (that would
+    be a hidden copy).
     """
     if isinstance(value, Tensor):
         return value
     if kern.is_device_array(value) and value.dtype in _FLOATS \
-            and kern.is_c_contiguous(value):
+            and kern.is_c_contiguous(value) and (kern.name != "cpu" or value.flags.writeable):
         return _wrap(value, kern)
     if kern.name != "cpu":
         raise ValueError(f"{what} is {type(value).__name__} data on the host but the op "

@@ -408,3 +408,77 @@ def test_batch_norm_refuses_eps_0_in_training_as_pytorch(dev):
     mean, var = dev.tensor(np.zeros(2)), dev.tensor(np.ones(2))
     out = ng.batch_norm(x, mean, var, training=False, eps=0.0)   # evaluation: allowed
     np.testing.assert_array_equal(host(out), np.ones((3, 2)))
+
+
+# ------------------------------------------------------------ read-only operands
+READ_ONLY_OPS = {
+    "mul": lambda w, a: w * a, "rmul": lambda w, a: a * w, "sub": lambda w, a: w - a,
+    "rsub": lambda w, a: a - w, "div": lambda w, a: w / a, "add": lambda w, a: w + a,
+    "maximum": lambda w, a: ng.maximum(w, a), "minimum": lambda w, a: ng.minimum(a, w),
+    "where": lambda w, a: ng.where(a > 2, w, a), "matmul": lambda w, a: w @ a.T,
+    "mse_loss": lambda w, a: ng.mse_loss(w, a), "l1_loss": lambda w, a: ng.l1_loss(w, a),
+    "broadcast": lambda w, a: w * a[:1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(READ_ONLY_OPS))
+def test_read_only_operands_work_as_in_pytorch(tmp_path, name):
+    """np.load(mmap_mode="r") and writeable=False arrays as operands: both
+    passes work, with the gradients of a writable copy."""
+    fn = READ_ONLY_OPS[name]
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(1.0, 7.0).reshape(2, 3))
+    frozen = np.arange(1.0, 7.0).reshape(2, 3)
+    frozen.flags.writeable = False
+    results = []
+    for a in (np.load(path, mmap_mode="r"), frozen, np.arange(1.0, 7.0).reshape(2, 3)):
+        W = ng.param(np.linspace(-1.0, 2.0, 6).reshape(2, 3))
+        with ng.grad_tape():
+            loss = ng.sum(fn(W, a))
+        results.append((loss.numpy(), ng.backward(loss)[W.id].copy()))
+    for got in results[:2]:
+        np.testing.assert_array_equal(got[0], results[2][0])
+        np.testing.assert_array_equal(got[1], results[2][1])
+
+
+def test_read_only_labels_and_indices_work():
+    labels, idx = np.array([0, 2]), np.array([1, 0, 1])
+    labels.flags.writeable = idx.flags.writeable = False
+    W, E = ng.param(np.ones((2, 3))), ng.param(np.ones((4, 3)))
+    with ng.grad_tape():
+        loss = ng.cross_entropy(W, labels) + ng.sum(ng.embedding(idx, E)) + ng.sum(W[idx[:2]])
+    grads = ng.backward(loss)
+    np.testing.assert_allclose(grads[E.id].sum(axis=1), [3.0, 6.0, 0.0, 0.0])
+    assert np.isfinite(grads[W.id]).all()
+
+
+def test_as_tensor_refuses_a_read_only_array_by_name():
+    a = np.ones((2, 3))
+    a.flags.writeable = False
+    with pytest.raises(ValueError, match=r"as_tensor: the float64 array of shape \(2, 3\) "
+                                         "is read-only"):
+        ng.as_tensor(a)
+    np.testing.assert_array_equal(ng.tensor(a).numpy(), a)   # the copy is fine
+
+
+def test_a_compiled_step_takes_read_only_arguments():
+    x, y = np.ones((3, 4)), np.arange(8.0).reshape(2, 4)
+    x.flags.writeable = y.flags.writeable = False
+    params = []
+    for compiled in (True, False):
+        W = ng.param(np.linspace(0.0, 1.0, 6).reshape(2, 3))
+        opt = ng.optim.SGD([W], lr=0.1)
+
+        def loss_fn(x, y):
+            return ng.mse_loss(W @ x, y) + ng.sum(ng.maximum(W, y[:, :3] * 0.5))
+        step = ng.compile(loss_fn, optimizer=opt) if compiled else None
+        for _ in range(4):
+            if compiled:
+                step(x, y)
+            else:
+                with ng.grad_tape():
+                    loss = loss_fn(x, y)
+                ng.backward(loss)
+                opt.step()
+        params.append(W.numpy().copy())
+    np.testing.assert_array_equal(params[0], params[1])
