@@ -12,6 +12,14 @@ allocates) if anything is inconsistent. Views that do not reference their
 parent object (slices of Numba device arrays) are covered differently: an
 array handed to the user (``Tensor.data``, ``np.asarray``) is ``retire``d,
 removed from the pool for good. ``NUMBAGRAD_NO_POOL=1`` disables pooling.
+
+Each thread's pool holds at most ``MAX_BYTES`` bytes of arrays, in use or
+idle (``NUMBAGRAD_POOL_BYTES``, 64 MiB by default; 0 turns pooling off): when
+a new array would take it past that, whole keys are dropped, least recently
+used first, so a run over ever new shapes (a batch size per step) keeps a
+bounded pool. A dropped array still in use stays valid; it is just never
+reused. A step that needs more than the bound allocates afresh, as without a
+pool.
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ import os
 import sys
 import threading
 import weakref
+from collections import OrderedDict
 from types import ModuleType
 
 import numpy as np
@@ -26,6 +35,15 @@ import numpy as np
 from . import kernels
 
 _MAX_PER_KEY = 8
+# The most bytes one thread's pool holds: past what a step of the models this package
+# trains needs (scripts/train_gpt.py: 30 MiB), and small next to the ~180 MiB of a
+# process that imported numbagrad: a 784-512-512-10 MLP trained over batch sizes
+# 100..899 peaks at 1.3x the memory it takes without a pool (with 256 MiB: 2.3x).
+# A bad value fails the import, naming the variable.
+MAX_BYTES = kernels.env_int("NUMBAGRAD_POOL_BYTES", 64 << 20)
+# What the pool charges per array beyond its data (the array object, its slot and
+# key), so that arrays of size 0 are bounded too.
+_OBJECT_BYTES = 128
 # Host arrays of at most FRESH elements: NumPy's own small-block cache makes
 # ``np.empty`` (``fresh``) cheaper than the pool's lookup, so the hot fast
 # paths of the CPU ops (matmul, mse_loss) allocate those directly, when
@@ -36,12 +54,28 @@ HOST = kernels.get("cpu")   # the CPU kernel module
 _lock = threading.Lock()     # taken by retire and clear only
 
 
-class _Free(dict):
-    """One thread's pools: (shape, dtype, kernel module) -> arrays; compared
-    and hashed by identity, so a WeakSet can hold every thread's."""
-    __slots__ = ("__weakref__",)
+class _Free(OrderedDict):
+    """One thread's pools: (shape, dtype, kernel module) -> ``_Pool``, least
+    recently used first; ``held`` is the bytes their arrays are charged, ``last``
+    the most recently used pool (its key needs no move). Compared and hashed
+    by identity, so a WeakSet can hold every thread's."""
+    __slots__ = ("held", "last")
     __hash__ = object.__hash__
     __eq__ = object.__eq__
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = 0
+        self.last = None
+
+
+class _Pool(list):
+    """One key's arrays; ``charge`` is what they count in ``held``."""
+    __slots__ = ("charge",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charge = 0
 
 
 class _Pools(threading.local):
@@ -104,19 +138,49 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
         return kern.empty(shape, dtype)
     key = (shape, dtype, kern)
     free = _local.free
-    try:
-        pool = free[key]
-    except KeyError:
-        pool = free[key] = []
-    # the scan of ``_scan``, inline (one call less per op): ``_verify``
-    # checks at import that it sees the same counts
-    for array in pool:
-        if _refs(array) == idle:
-            return array
+    pool = free.get(key)
+    if pool is not None:
+        if pool is not free.last:   # LRU order; the key hashes again, so not when it is last
+            try:
+                free.move_to_end(key)
+            except KeyError:        # clear() from another thread
+                pass
+            free.last = pool
+        # the scan of ``_scan``, inline (one call less per op): ``_verify``
+        # checks at import that it sees the same counts
+        for array in pool:
+            if _refs(array) == idle:
+                return array
     array = kern.empty(shape, dtype)
-    if len(pool) < _MAX_PER_KEY:
-        pool.append(array)
+    _keep(free, key, pool, array)
     return array
+
+
+def _keep(free: _Free, key: tuple, pool: _Pool | None, array: object) -> None:
+    """Pool ``array``, just made for ``key`` (whose pool is ``pool``), if its key
+    has room, then drop least recently used keys while over ``MAX_BYTES``."""
+    size = array.nbytes + _OBJECT_BYTES
+    bound = MAX_BYTES
+    count = 1 if pool is None else len(pool) + 1
+    if count > _MAX_PER_KEY or count * size > bound:   # one key never exceeds the bound
+        return
+    if pool is None:
+        pool = free[key] = free.last = _Pool()
+    pool.append(array)
+    charge = len(pool) * size       # exact: also settles arrays another thread retired
+    free.held += charge - pool.charge
+    pool.charge = charge
+    while free.held > bound:
+        if len(free) <= 1:   # this key alone fits: the count was off (a clear() raced a take)
+            free.held = sum(p.charge for p in free.values())
+            break
+        free.held -= free.popitem(last=False)[1].charge   # the key just used is last
+
+
+def _held_bytes() -> int:
+    """The bytes the calling thread's pool is charged: its arrays' data plus
+    ``_OBJECT_BYTES`` each (for tests and diagnostics)."""
+    return _local.free.held
 
 
 _refs = sys.getrefcount
@@ -141,7 +205,11 @@ def _verify() -> bool:
     ok = id(again) == first_id and other is not again and third is not other \
         and third is not again
     del view
-    _local.free.pop((key_shape, f64, _Host), None)
+    free = _local.free
+    pool = free.pop((key_shape, f64, _Host), None)
+    if pool is not None:
+        free.held -= pool.charge
+    free.last = None
     return ok
 
 
@@ -153,6 +221,7 @@ if IDLE_REFS is not None and not _verify():
 def retire(kern: ModuleType, array: object) -> None:
     """Never hand ``array`` out again (it, or a view of it, left numbagrad)."""
     key = (array.shape, array.dtype, kern)
+    mine = _local.free
     with _lock:
         for free in list(_all):
             pool = free.get(key)
@@ -160,6 +229,12 @@ def retire(kern: ModuleType, array: object) -> None:
                 for i, held in enumerate(pool):
                     if held is array:
                         del pool[i]
+                        # Only the owning thread changes its counts (take holds no
+                        # lock); another thread's are settled by its next _keep.
+                        if free is mine:
+                            size = array.nbytes + _OBJECT_BYTES
+                            pool.charge -= size
+                            free.held -= size
                         return
 
 
@@ -168,3 +243,4 @@ def clear() -> None:
     with _lock:
         for free in list(_all):
             free.clear()
+            free.held, free.last = 0, None

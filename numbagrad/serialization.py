@@ -16,9 +16,9 @@ was and no temporary file behind; the temporary of a killed save names its
 dead writer's pid, and the next save to that target removes it.
 
 Loading treats the file as untrusted: only a regular file is opened, each
-member's declared sizes are checked before anything is decompressed, no
-member may yield more than it declares, and whatever is wrong with the file
-becomes one ``ValueError`` naming the path.
+member's declared sizes and their total are checked before anything is
+decompressed or allocated, no member may yield more than it declares, and
+whatever is wrong with the file becomes one ``ValueError`` naming the path.
 """
 from __future__ import annotations
 
@@ -294,6 +294,10 @@ _SAVEZ_TAKES_ALLOW_PICKLE = _savez_takes_allow_pickle()
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _MAX_RATIO = 1000            # the most a member may be compressed (a zip bomb: far more)
+# The most the arrays may declare in all per byte of the file. ng.save stores them
+# uncompressed (at most 1:1); a foreign writer's compression of real weights gives
+# ~1-10:1, while data that compresses 100:1 overall is all but constant.
+_MAX_TOTAL_RATIO = 100
 _MAX_HEADER = 1 << 20        # bytes a member's .npy header may take
 _CHUNK = 1 << 20             # bytes read from a member at a time
 _DEFAULT_MAX_BYTES = 16 << 30
@@ -377,6 +381,9 @@ def _check_member(info: zipfile.ZipInfo, max_bytes: int) -> None:
     if info.file_size > max_bytes:
         raise _Corrupt(f"member {name!r} declares {info.file_size} bytes, more than "
                        f"max_bytes={max_bytes}")
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        raise _Corrupt(f"member {name!r} is stored uncompressed but declares "
+                       f"{info.file_size} bytes in {info.compress_size}")
     if info.file_size > _MAX_RATIO * info.compress_size:
         raise _Corrupt(f"member {name!r} declares {info.file_size} bytes compressed into "
                        f"{info.compress_size}, more than {_MAX_RATIO}:1 (a zip bomb?)")
@@ -423,7 +430,24 @@ def _read_archive(f: Any, max_bytes: int) -> dict[str, np.ndarray]:
             raise _Corrupt("it has no numbagrad structure member (not written by ng.save)")
         for info in infos:
             _check_member(info, max_bytes)
+        _check_total(infos, os.fstat(f.fileno()).st_size, max_bytes)
         return {info.filename[:-4]: _read_member(zf, info) for info in infos}
+
+
+def _check_total(infos: list[zipfile.ZipInfo], size: int, max_bytes: int) -> None:
+    """Refuse the archive from its members' declared sizes in all, before anything is
+    allocated: each member is within bounds, but many of them may not be."""
+    packed = sum(info.compress_size for info in infos)
+    if packed > size:
+        raise _Corrupt(f"its members claim {packed} bytes of data, more than the file's "
+                       f"{size} (overlapping or lying members?)")
+    total = sum(info.file_size for info in infos)
+    if total > max_bytes:
+        raise _Corrupt(f"its members declare {total} bytes in all, more than "
+                       f"max_bytes={max_bytes}")
+    if total > _MAX_TOTAL_RATIO * size:
+        raise _Corrupt(f"its members declare {total} bytes in all from a file of {size}, "
+                       f"more than {_MAX_TOTAL_RATIO}:1 (a zip bomb?)")
 
 
 def _refuse_constant(name: str) -> Any:
@@ -438,9 +462,10 @@ def load(path: str | os.PathLike, *, max_bytes: int = _DEFAULT_MAX_BYTES) -> Any
     checkpoint (a FIFO or device, a truncated, corrupt or foreign file, a
     pickle, an object array, a plain ``.npz``) raises ``ValueError`` naming
     the path, with the underlying error as its cause. Sizes are checked from
-    the archive's directory before anything is decompressed: a member larger
-    than ``max_bytes`` (16 GiB by default) or compressed more than 1000:1 is
-    refused, and no member may yield more than it declares. Like
+    the archive's directory before anything is decompressed or allocated: the
+    arrays may declare at most ``max_bytes`` in all (16 GiB by default) and at
+    most 100 bytes per byte of the file, a member compressed more than 1000:1
+    is refused, and no member may yield more than it declares. Like
     ``torch.load(weights_only=True)``, it only ever builds plain data.
     """
     path = os.fspath(path)

@@ -1,14 +1,23 @@
 """max_pool2d, avg_pool2d and adaptive_avg_pool2d and their layers against
 PyTorch on both devices: values and gradients, padding, overlapping
-windows, ties, bad input and CUDA launches."""
+windows, ties, bad input and CUDA launches. Also the buffer pool's byte
+bound (``numbagrad.buffers``): least recently used keys are dropped."""
+import itertools
+import math
+
 import numpy as np
 import pytest
 
 import numbagrad as ng
 from conftest import cuda_dev, cuda_launches, inputs, matches_torch
+from numbagrad import buffers
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
+try:
+    import torch
+except ImportError:   # the comparisons with PyTorch skip; the rest still runs
+    torch = None
+F = None if torch is None else torch.nn.functional
+needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
 
 # (op, x shape, arguments, keyword arguments)
 CASES = [
@@ -29,6 +38,7 @@ CASES = [
 ]
 
 
+@needs_torch
 @pytest.mark.parametrize("name, xs, args, kw", CASES, ids=[f"{c[0]}-{i}"
                                                            for i, c in enumerate(CASES)])
 def test_pool_matches_torch(name, xs, args, kw):
@@ -36,6 +46,7 @@ def test_pool_matches_torch(name, xs, args, kw):
                   lambda x: getattr(F, name)(x, *args, **kw), inputs([xs], seed=3), name=name)
 
 
+@needs_torch
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name, args, kw", [("max_pool2d", (2,), dict(stride=1, padding=1)),
                                             ("avg_pool2d", (3,), dict(stride=2, padding=1)),
@@ -65,6 +76,7 @@ def test_pool_gradcheck(dev, name, args):
                  directions=None if dev.name == "cpu" else 2)
 
 
+@needs_torch
 def test_max_pool_ties_padding_and_nan_follow_torch(dev):
     # ties: the gradient goes to the first max of each window in row-major
     # order (PyTorch's CPU kernel); padding is -inf, so all-negative windows
@@ -111,6 +123,7 @@ def test_bad_input_raises_before_anything_changes(case):
 
 
 # ------------------------------------------------------------ layers
+@needs_torch
 @pytest.mark.parametrize("kind, args, kw", [
     ("MaxPool2d", (3,), dict(stride=2, padding=1)),
     ("AvgPool2d", (2,), dict(stride=1, count_include_pad=False)),
@@ -131,3 +144,107 @@ def test_cuda_launch_bound():
     for f in (lambda t: ng.max_pool2d(t, 2), lambda t: ng.avg_pool2d(t, 3, 1, 1),
               lambda t: ng.adaptive_avg_pool2d(t, 3)):
         assert cuda_launches(f, x) == (1, 1)    # one kernel forward, one for the gradient
+
+
+# ------------------------------------------------------------ the buffer pool's byte bound
+F64 = np.dtype(np.float64)
+needs_pooling = pytest.mark.skipif(buffers.IDLE_REFS is None,
+                                   reason="pooling is off (NUMBAGRAD_NO_POOL=1)")
+
+
+def pooled_data_bytes() -> int:
+    """The data bytes of every array this thread's pool holds, counted afresh."""
+    return sum(a.nbytes for pool in buffers._local.free.values() for a in pool)
+
+
+def charged_bytes() -> int:
+    """What the pool should be charging for them: data plus a fixed cost per array."""
+    return sum(a.nbytes + buffers._OBJECT_BYTES
+               for pool in buffers._local.free.values() for a in pool)
+
+
+@pytest.fixture
+def small_pool(monkeypatch):
+    """A pool bounded at 4.5 arrays of 1000 float64, empty to begin with and at the end."""
+    each = 8000 + getattr(buffers, "_OBJECT_BYTES", 0)
+    bound = 4 * each + each // 2
+    monkeypatch.setattr(buffers, "MAX_BYTES", bound, raising=False)
+    buffers.clear()
+    yield bound
+    buffers.clear()
+
+
+@needs_pooling
+def test_pool_stays_under_its_bound_dropping_least_recently_used_keys(small_pool):
+    cpu = ng.kernels.get("cpu")
+    shapes = [s for rank in (1, 2, 3) for s in itertools.product(
+        [1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 125, 200, 250, 500, 1000], repeat=rank)
+        if math.prod(s) == 1000]                  # many keys of 8000 bytes each
+    hot, rest = shapes[0], shapes[1:40]
+    buffers.take(cpu, hot, F64)
+    kept = buffers.take(cpu, rest[0], F64)        # in use while its key is dropped
+    kept[...] = 7.0
+    for shape in rest:
+        buffers.take(cpu, shape, F64)             # a new key (idle once dropped here)
+        first = buffers.take(cpu, hot, F64)       # reused: the hot key is used last
+        again = buffers.take(cpu, hot, F64)       # `first` is held: a second array
+        assert first is not again
+        del first, again
+        assert pooled_data_bytes() <= small_pool
+    # Four arrays fit: the hot key's two and the two keys used last before it, in order.
+    order = [key[0] for key in buffers._local.free if key[2] is cpu]
+    assert order == [rest[-2], rest[-1], hot]
+    assert buffers._held_bytes() == charged_bytes() <= small_pool
+    assert np.all(kept == 7.0)                    # dropped from the pool, still valid
+    assert buffers.take(cpu, rest[0], F64) is not kept
+
+    buffers.take(cpu, (small_pool,), np.uint8)    # alone past the bound: never pooled
+    assert ((small_pool,), np.uint8, cpu) not in buffers._local.free
+    assert buffers._held_bytes() == charged_bytes() <= small_pool
+
+
+@needs_pooling
+def test_retire_and_clear_keep_the_count_exact(small_pool):
+    cpu = ng.kernels.get("cpu")
+    a = buffers.take(cpu, (1000,), F64)
+    b = buffers.take(cpu, (1000,), F64)
+    buffers.retire(cpu, a)
+    assert buffers._held_bytes() == charged_bytes() == b.nbytes + buffers._OBJECT_BYTES
+    buffers.clear()
+    assert buffers._held_bytes() == charged_bytes() == 0
+
+
+@needs_pooling
+def test_training_over_many_batch_sizes_keeps_the_pool_bounded(monkeypatch):
+    # The issue's case, small: every step a new batch size, so new shapes. Unbounded,
+    # the pool grew to 40 MiB here; a step at one batch size pools ~200 KiB, which
+    # must still be reused.
+    bound = 256 << 10
+    monkeypatch.setattr(buffers, "MAX_BYTES", bound, raising=False)
+    buffers.clear()
+    rng = np.random.default_rng(0)
+    model = ng.nn.Sequential(ng.nn.Linear(16, 64, rng=rng), ng.nn.Tanh(),
+                             ng.nn.Linear(64, 4, rng=rng))
+    opt = ng.optim.Adam(model.parameters(), lr=1e-2)
+
+    def step(x, y):
+        with ng.grad_tape():
+            loss = ng.cross_entropy(model(ng.as_tensor(x)), y)
+        loss.backward()
+        opt.step()
+
+    try:
+        most = 0
+        for batch in range(8, 400, 3):
+            step(rng.normal(size=(batch, 16)), rng.integers(0, 4, batch))
+            most = max(most, pooled_data_bytes())
+        assert most <= bound, f"the pool grew to {most} bytes, bound {bound}"
+        assert buffers._held_bytes() == charged_bytes() <= bound
+        x, y = rng.normal(size=(128, 16)), rng.integers(0, 4, 128)
+        for _ in range(3):
+            step(x, y)
+        before = {id(a) for pool in buffers._local.free.values() for a in pool}
+        step(x, y)                                # a steady step: nothing new is pooled
+        assert {id(a) for pool in buffers._local.free.values() for a in pool} == before
+    finally:
+        buffers.clear()

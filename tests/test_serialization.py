@@ -352,11 +352,77 @@ def test_sizes_are_checked_before_decompressing(tmp_path):
     path = _saved(tmp_path, {"w": np.arange(1000.0)})   # an 8128-byte member
     with pytest.raises(ValueError, match="x.ckpt.*a0.npy.*max_bytes=8000"):
         load(path, max_bytes=8000)
-    same(load(path, max_bytes=8128), {"w": np.arange(1000.0)})
+    same(load(path, max_bytes=_declared(path)), {"w": np.arange(1000.0)})
     with pytest.raises(ValueError, match="max_bytes"):
         load(path, max_bytes=-1)
     with pytest.raises(TypeError, match="max_bytes"):
         load(path, max_bytes=1e9)
+
+
+def _declared(path) -> int:
+    """The bytes an archive's members declare in all."""
+    with zipfile.ZipFile(path) as zf:
+        return sum(info.file_size for info in zf.infolist())
+
+
+def _declare(path, member: str, size: int, packed: int | None = None) -> None:
+    """Make ``member`` of the archive at ``path`` declare ``size`` bytes in ``packed``
+    (``size`` unless given), in its local header and the central directory."""
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    sizes = (size if packed is None else packed).to_bytes(4, "little") + size.to_bytes(4, "little")
+    for signature, at_sizes, at_name in [(b"PK\x03\x04", 18, 30), (b"PK\x01\x02", 20, 46)]:
+        for match in re.finditer(re.escape(signature), bytes(data)):
+            at = match.start()
+            if data[at + at_name:at + at_name + len(name)] == name:
+                data[at + at_sizes:at + at_sizes + 8] = sizes
+    path.write_bytes(bytes(data))
+
+
+def test_the_total_is_bounded_by_max_bytes(tmp_path):
+    obj = {"w": np.arange(1000.0), "b": np.arange(1000.0)}   # two 8128-byte members
+    path = _saved(tmp_path, obj)
+    total = _declared(path)
+    assert total > 2 * 8128
+    with pytest.raises(ValueError, match=f"x.ckpt.*{total} bytes in all.*max_bytes={total - 1}"):
+        load(path, max_bytes=total - 1)       # each member fits, their sum does not
+    same(load(path, max_bytes=total), obj)
+    same(load(path), obj)
+
+
+def test_many_members_or_few_file_bytes_are_refused_before_allocating(tmp_path):
+    # Each member compresses 229:1 (under the 1000:1 a member may), but the file as
+    # a whole declares more than 100 bytes per byte it has.
+    path = tmp_path / "spread.npz"
+    tree = '{"list": [%s]}' % ", ".join('{"array": %d}' % i for i in range(8))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, a in [("__numbagrad__", _meta(tree))] + [
+                (f"a{i}", np.zeros(1_000_000, np.uint8)) for i in range(8)]:
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, a)
+            zf.writestr(name + ".npy", buf.getvalue())
+    size, total = os.path.getsize(path), _declared(path)
+    assert 200 * size < total < 1000 * size
+    peak = refused_within(path, f"spread.npz.*{total} bytes in all from a file of {size}.*100:1")
+    assert peak < 1_000_000                   # nothing was decompressed
+    with pytest.raises(ValueError, match="100:1"):
+        load(path, max_bytes=1 << 40)         # a larger max_bytes does not lift the ratio
+
+    # Stored members that claim more data than the file holds (here 5 MB of a
+    # 100 kB file, a .npy header to match): refused before the array is allocated.
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"descr": "|u1", "fortran_order": False, "shape": (5_000_000,)})
+    path = _zip(tmp_path, {"__numbagrad__": _meta('{"array": 0}')}, name="lying.npz")
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("a0.npy", head.getvalue() + bytes(100_000))
+    member = len(head.getvalue()) + 100_000
+    _declare(path, "a0.npy", member - 100_000 + 5_000_000)
+    assert refused_within(path, "lying.npz.*claim 50.* bytes of data, more than the file's") \
+        < 1_000_000
+    _declare(path, "a0.npy", member - 100_000 + 5_000_000, packed=member)
+    assert refused_within(path, "lying.npz.*a0.npy.*stored uncompressed but declares 50") \
+        < 1_000_000
 
 
 def test_a_member_yielding_more_than_it_declares_is_refused(tmp_path, monkeypatch):
