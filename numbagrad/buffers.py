@@ -23,12 +23,15 @@ pool.
 """
 from __future__ import annotations
 
+import inspect
+import math
 import os
 import sys
 import threading
 import weakref
 from collections import OrderedDict
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -135,7 +138,10 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
             return array
     idle = IDLE_REFS
     if idle is None:
-        return kern.empty(shape, dtype)
+        try:
+            return kern.empty(shape, dtype)
+        except Exception as exc:   # noqa: BLE001 (NumPy's, or the CUDA driver's)
+            raise allocation_error(kern, shape, dtype, exc) from exc
     key = (shape, dtype, kern)
     free = _local.free
     pool = free.get(key)
@@ -151,9 +157,41 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
         for array in pool:
             if _refs(array) == idle:
                 return array
-    array = kern.empty(shape, dtype)
+    try:
+        array = kern.empty(shape, dtype)
+    except Exception as exc:   # noqa: BLE001 (NumPy's, or the CUDA driver's)
+        raise allocation_error(kern, shape, dtype, exc) from exc
     _keep(free, key, pool, array)
     return array
+
+
+_OPS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops") + os.sep
+
+
+def allocation_error(kern: ModuleType, shape: tuple, dtype: Any, exc: BaseException
+                     ) -> Exception:
+    """The error for an output that cannot be allocated, naming the public op
+    that asked (the outermost ``numbagrad.ops`` function on the stack), the
+    shape, dtype, size and device: a MemoryError, or a ValueError for a shape
+    NumPy refuses (negative dims). Built on the error path only."""
+    import numbagrad
+    op = "numbagrad"
+    frame = inspect.currentframe()   # None where the interpreter keeps no frames
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith(_OPS_DIR) and hasattr(numbagrad, code.co_name):
+            op = code.co_name   # keep walking: the outermost one is the user's call
+        frame = frame.f_back
+    try:
+        size = f"{math.prod(shape) * np.dtype(dtype).itemsize:,} bytes"
+    except (TypeError, ValueError):
+        size = "an invalid size"
+    negative = any(isinstance(n, int) and n < 0 for n in shape)
+    kind = ValueError if negative or (isinstance(exc, ValueError)
+                                      and "negative" in str(exc)) else MemoryError
+    what = "is not a valid shape" if kind is ValueError else "cannot be allocated"
+    return kind(f"{op}: an output of shape {tuple(shape)} ({np.dtype(dtype)}, {size}) on "
+                f"{kern.name} {what}: {type(exc).__name__}: {exc}")
 
 
 def _keep(free: _Free, key: tuple, pool: _Pool | None, array: object) -> None:

@@ -482,3 +482,44 @@ def test_a_compiled_step_takes_read_only_arguments():
                 opt.step()
         params.append(W.numpy().copy())
     np.testing.assert_array_equal(params[0], params[1])
+
+
+# ---------------------------------------------------- huge and negative shapes
+HUGE = {
+    "add": (lambda: ng.tensor(np.ones((10**6, 1))) + ng.tensor(np.ones((1, 10**8))),
+            MemoryError, r"add: an output of shape \(1000000, 100000000\) \(float64, "
+                         r"800,000,000,000,000 bytes\) on cpu cannot be allocated"),
+    "matmul": (lambda: ng.tensor(np.ones((10**6, 1))) @ ng.tensor(np.ones((1, 10**8))),
+               MemoryError, r"matmul: an output of shape \(1000000, 100000000\)"),
+    "pad": (lambda: ng.pad(ng.tensor(np.ones((2, 3))), ((0, 10**12), (0, 0))),
+            MemoryError, r"pad: an output of shape \(1000000000002, 3\)"),
+    "exp of an expand": (lambda: ng.exp(ng.tensor(np.ones((2, 3))).expand(10**12, 2, 3)),
+                         MemoryError, r"exp: an output of shape \(1000000000000, 2, 3\)"),
+    "expand past intp": (lambda: ng.tensor(np.ones((2, 3))).expand(10**12, 10**12, 2, 3),
+                         ValueError, r"broadcast_to: shape .* more than an array can index"),
+    "reshape -2": (lambda: ng.tensor(np.ones((2, 3))).reshape(-2, 3), ValueError,
+                   r"reshape: cannot reshape a tensor of shape \(2, 3\).* invalid shape "
+                   r"dimension -2"),
+    "reshape two -1": (lambda: ng.tensor(np.ones((2, 3))).reshape(-1, -1), ValueError,
+                       "reshape: .*only one dimension can be -1"),
+    "broadcast_to negative": (lambda: ng.broadcast_to(ng.tensor(np.ones(3)), (-2, 3)),
+                              ValueError, "broadcast_to: a shape cannot have negative sizes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUGE))
+def test_huge_and_negative_shapes_raise_naming_the_op(case):
+    fn, exc, match = HUGE[case]
+    with pytest.raises(exc, match=match):
+        fn()
+
+
+def test_an_expanded_tensor_reshapes_without_materialising_its_elements():
+    x = ng.tensor(np.arange(6.0).reshape(2, 3)).expand(10**6, 2, 3)
+    tracemalloc.start()
+    try:
+        shape = ng.ops.shape._new_shape(x, (-1, 6), "reshape")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert shape == (10**6, 6) and peak < 1 << 20

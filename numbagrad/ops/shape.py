@@ -11,6 +11,7 @@ written through by an op.
 """
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -167,11 +168,28 @@ def view(x: Any, *shape: Any) -> Tensor:
 
 
 def _new_shape(x: Tensor, shape: tuple, op: str) -> tuple:
+    """``shape`` for ``x``'s elements, its one -1 filled in; as PyTorch, a size
+    below -1 is refused (NumPy takes any negative size as the unknown one)."""
     try:
-        return np.empty(x.shape, dtype=np.uint8).reshape(shape).shape   # NumPy's checks
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{op}: cannot reshape a tensor of {describe(x)} to "
-                         f"{shape}: {exc}") from None
+        dims = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"{op}: a shape must be integers, got {shape!r}") from None
+    unknown = [i for i, n in enumerate(dims) if n == -1]
+    known = math.prod(n for n in dims if n != -1)
+    problem = None
+    if any(n < -1 for n in dims):
+        problem = f"invalid shape dimension {min(dims)}"
+    elif len(unknown) > 1:
+        problem = "only one dimension can be -1"
+    elif unknown and known == 0:
+        problem = "the size of the -1 dimension is ambiguous with a 0 among the others"
+    elif unknown and x.size % known:
+        problem = f"{x.size} elements are not a multiple of {known}"
+    elif not unknown and known != x.size:
+        problem = f"{known} elements, not {x.size}"
+    if problem is not None:
+        raise ValueError(f"{op}: cannot reshape a tensor of {describe(x)} to {dims}: {problem}")
+    return tuple(x.size // known if n == -1 else n for n in dims)
 
 
 def _reshaped(x: Tensor, new: tuple) -> Tensor:
@@ -239,7 +257,14 @@ def broadcast_to(x: Any, shape: Any) -> Tensor:
                                   zip(x.shape, shape[len(shape) - x.ndim:])):
         raise ValueError(f"broadcast_to: a tensor of {describe(x)} cannot be broadcast to "
                          f"shape {shape}")
+    if math.prod(shape) > _MAX_ELEMENTS:
+        raise ValueError(f"broadcast_to: shape {shape} has {math.prod(shape):,} elements, "
+                         f"more than an array can index ({_MAX_ELEMENTS:,}); tensor of "
+                         f"{describe(x)}")
     return _viewed(x, lambda a: np.broadcast_to(a, shape), _broadcast_backward, (shape,))
+
+
+_MAX_ELEMENTS = np.iinfo(np.intp).max   # NumPy's index type bounds any array's size
 
 
 def expand(x: Any, *shape: Any) -> Tensor:
