@@ -523,3 +523,57 @@ def test_an_expanded_tensor_reshapes_without_materialising_its_elements():
     finally:
         tracemalloc.stop()
     assert shape == (10**6, 6) and peak < 1 << 20
+
+
+# ------------------------------------------ ng.compile and a changed model
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 6, dtype=np.float64, rng=np.random.default_rng(0))
+        self.drop = nn.Dropout(0.5)
+        self.fc2 = nn.Linear(6, 3, dtype=np.float64, rng=np.random.default_rng(1))
+
+    def forward(self, x):
+        return self.fc2(self.drop(ng.relu(self.fc1(x))))
+
+
+def _replace_head(model):
+    model.fc2 = nn.Linear(6, 3, dtype=np.float64, rng=np.random.default_rng(2))
+
+
+CHANGES = {"eval": lambda m: m.eval(), "replace a layer": _replace_head,
+           "dropout p": lambda m: setattr(m.drop, "p", 0.0)}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_compiled_step_records_again_after_the_model_changes(change):
+    """The step's loss and gradients after model.eval(), a layer replaced or a
+    setting changed are eager mode's (verify=False: no eager check call)."""
+    rng = np.random.default_rng(11)
+    xs = [rng.normal(size=(8, 4)) for _ in range(6)]
+    labels = rng.integers(0, 3, 8)
+    out = []
+    for compiled in (False, True):
+        ng.random.manual_seed(5)
+        model = _Net()
+
+        def loss_fn(x):
+            return ng.cross_entropy(model(x), labels)
+        step = ng.compile(loss_fn, verify=False) if compiled else None
+        results = []
+        for i, x in enumerate(xs):
+            if i == 3:
+                CHANGES[change](model)
+            for p in model.parameters():
+                p.grad = None
+            if compiled:
+                loss = step(ng.tensor(x))
+            else:
+                with ng.grad_tape():
+                    loss = loss_fn(ng.tensor(x))
+                loss.backward()
+            results.append([loss.numpy()] + [p.grad.copy() for p in model.parameters()])
+        out.append(results)
+    for i, (a, b) in enumerate(zip(*out)):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v, err_msg=f"call {i}")

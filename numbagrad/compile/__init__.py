@@ -30,6 +30,7 @@ import numba
 import numpy as np
 
 from .. import tape
+from ..nn import CHANGES as _MODULE_CHANGES
 from ..optim.fused import FusedUpdate
 from ..tensor import Tensor
 from .analysis import _analyze, _compare, _device_of, _Program
@@ -78,6 +79,7 @@ class CompiledStep:
         self.stats: list[dict[str, Any]] = []
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._last: _Entry | None = None
+        self._changes = _MODULE_CHANGES[0]
         self.__wrapped__ = fn
 
     @property
@@ -107,6 +109,10 @@ class CompiledStep:
         if win is not None and win.thread != threading.get_ident():   # inline: hot path
             win.claim("a compiled step (ng.compile)")
         try:   # one frame, no helper call: this is the compiled step's hot path
+            if _MODULE_CHANGES[0] != self._changes:   # model.eval(), a param replaced, ...
+                self._changes = _MODULE_CHANGES[0]
+                self._entries.clear()
+                self._last = None
             entry = self._last
             if entry is not None:
                 out = entry.run(args)
@@ -165,6 +171,7 @@ class CompiledStep:
             params = _reached_params(loss) if loss._node is not None else []
             loss.backward()     # eager's errors (not recorded, not one element) as they are
         t1 = time.perf_counter()
+        self._changes = _MODULE_CHANGES[0]   # what fn itself set while recorded is recorded
         if rec.host_reads and check is None:
             warnings.warn("ng.compile: fn copied a tensor to the host (.item(), .numpy()) "
                           "while being recorded; replays run no Python code, so a decision "
@@ -293,7 +300,10 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     replay it: no tape, no op dispatch, no allocation. The last
     ``MAX_SIGNATURES`` (8) signatures are kept. A param that no longer holds
     the arrays it was recorded with (a new optimizer adopted it) makes the
-    next call record again.
+    next call record again, and so does any change to an ``nn.Module``
+    (``train()``/``eval()`` switching a mode, an attribute set again: a
+    param, submodule or setting replaced) since the last call: every
+    signature then records anew.
 
     **What is captured.** Only kernels. Python code in ``fn`` runs on the
     recording call only: control flow that depends on tensor values

@@ -25,13 +25,19 @@ from ..tensor import tensor as _tensor
 __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmoid"]
 
 
+# Counts the changes to any module a compiled step may have recorded (a mode
+# switched, an attribute set again); ng.compile records again when it moved.
+CHANGES = [0]
+
+
 class Module:
     """Base class: subclasses set params, buffers and submodules as attributes
     in ``__init__`` and compute in ``forward``; call the module to run it.
 
     ``training`` (True until ``eval()``) tells layers such as ``Dropout``
-    which behaviour to use. A compiled step (``ng.compile``) freezes the mode
-    it was recorded in: compile the training and the evaluation step apart.
+    which behaviour to use. A change of mode, or an attribute set again (a
+    param, submodule or setting replaced), counts in ``CHANGES``, from which
+    compiled steps (``ng.compile``) learn that they must record again.
     """
 
     def __init__(self) -> None:
@@ -45,6 +51,8 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}.__init__ must call "
                                  "super().__init__() before setting attributes")
+        if name in self.__dict__:   # a replacement: what a compiled step recorded may be gone
+            CHANGES[0] += 1
         is_param = isinstance(value, Tensor) and value.is_param
         is_module = isinstance(value, Module)
         if name in self._buffers and not is_param and not is_module:
@@ -182,6 +190,8 @@ class Module:
         if not isinstance(mode, (bool, np.bool_)):
             raise ValueError(f"{type(self).__name__}.train: mode must be a bool, got {mode!r}")
         for module in self.modules():
+            if module.training != bool(mode):
+                CHANGES[0] += 1
             object.__setattr__(module, "training", bool(mode))
         return self
 
