@@ -142,7 +142,23 @@ if scenario == "features":
             micro_step(W, opt, x[:, 2 * i:2 * i + 2], y[:, 2 * i:2 * i + 2])
         assert opt.flush() is True
     empty = opt.flush()
-    flush = dict(w=W.numpy().tolist(), t=opt.t, empty=empty, calls=opt.allreduce_calls)
+    # a .grad without a step() on rank 1: a flush that finds every window empty
+    # applies nothing and leaves each rank's .grad as it was (None on rank 0,
+    # whose backward afterwards then gives the same gradient as rank 1's)
+    def backward():
+        with ng.grad_tape():
+            loss = ng.mse_loss(W @ ng.tensor(x[:, :2]), ng.tensor(y[:, :2]))
+        loss.backward()
+    if rank == 1:
+        backward()
+    empty_with_grad = opt.flush()
+    none = W.grad is None
+    if rank == 0:
+        backward()
+    grad = np.array(W.grad).tolist()
+    opt.zero_grad()
+    flush = dict(w=W.numpy().tolist(), t=opt.t, empty=empty, calls=opt.allreduce_calls,
+                 empty_with_grad=empty_with_grad, none=none == (rank == 0), grad=grad)
 
     # non-finite: rank 1 poisons window 1; every rank skips it ("skip") or
     # raises ("raise") after the allreduce.
@@ -249,7 +265,10 @@ def test_samples_flush_clipping_and_nonfinite_windows_across_ranks(tmp_path):
     want, _ = single_process(lambda W: ng.optim.Adam([W], lr=0.05), windows)
     got = ranks[0]["flush"]
     np.testing.assert_allclose(got["w"], want, rtol=1e-10, atol=1e-12)
-    assert (got["t"], got["empty"], got["calls"]) == (2, False, 2)
+    # (an empty flush costs an allreduce too: it is how every rank learns that
+    # every window is empty, matching whatever collective another rank is in)
+    assert (got["t"], got["empty"], got["calls"]) == (2, False, 4)
+    assert (got["empty_with_grad"], got["none"]) == (False, True)
 
     # non-finite: rank 1's NaN makes every rank skip window 1
     windows = [(*columns(w, 4), None) for w in (20, 22)]
@@ -335,3 +354,233 @@ def test_init_makes_a_rank_that_raises_abort_a_plain_launch(tmp_path):
     assert ended - float(stamp.read_text()) < 10, "the job outlived the failing rank by 10 s"
     assert "ValueError: matmul: shapes (2, 3) and (4, 5) are not aligned" in err, err[-3000:]
     assert "rank 1 of 2 raised ValueError; aborting the job" in err, err[-3000:]
+
+
+# ------------------------------------------ every rank's optimizer must be the same
+HYPER = r"""
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+import numbagrad as ng
+import numbagrad.distributed as dist
+from numbagrad.optim import schedules
+
+comm = dist.init()
+rank = dist.rank()
+W0 = np.random.default_rng(0).normal(size=(2, 3))
+mine = (lambda a, b: a if rank == 0 else b)
+cases = {
+    "lr": lambda W: ng.optim.SGD([W], lr=mine(0.1, 0.2)),
+    "momentum": lambda W: ng.optim.SGD([W], lr=0.1, momentum=mine(0.9, 0.5)),
+    "betas": lambda W: ng.optim.Adam([W], betas=mine((0.9, 0.999), (0.8, 0.999))),
+    "eps": lambda W: ng.optim.Adam([W], eps=mine(1e-8, 1e-6)),
+    "weight_decay": lambda W: ng.optim.AdamW([W], weight_decay=mine(0.01, 0.0)),
+    "schedule": lambda W: ng.optim.SGD([W], lr=schedules.cosine(0.1, mine(100, 200))),
+}
+found = {}
+for name, make in cases.items():
+    try:
+        dist.DistributedOptimizer(make(ng.param(W0)))
+        found[name] = None
+    except ValueError as exc:
+        found[name] = str(exc)
+
+# The same optimizer everywhere at construction, then rank 1 changes lr: the
+# first window refuses to apply anything on every rank.
+W = ng.param(W0)
+opt = dist.DistributedOptimizer(ng.optim.SGD([W], lr=0.1, momentum=0.9, accumulate_steps=2))
+if rank == 1:
+    opt.lr = 0.3
+try:
+    for i in range(4):
+        with ng.grad_tape():
+            loss = ng.mse_loss(W @ ng.tensor(np.ones((3, 2)) * i), ng.tensor(np.zeros((2, 2))))
+        loss.backward()
+        opt.step()
+    found["first window"] = None
+except ValueError as exc:
+    found["first window"] = str(exc)
+found["w"] = W.numpy().tolist()
+everyone = comm.gather(found, root=0)
+if rank == 0:
+    with open(sys.argv[1], "w") as fh:
+        json.dump(everyone, fh)
+"""
+
+
+def test_ranks_must_agree_on_every_hyperparameter(tmp_path):
+    script, out = tmp_path / "hyper.py", tmp_path / "hyper.json"
+    script.write_text(HYPER)
+    run = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(script),
+                          str(out), str(ROOT)], env=dict(os.environ, **MPI_ENV),
+                         capture_output=True, text=True, timeout=TIMEOUT,
+                         stdin=subprocess.DEVNULL, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ranks = json.loads(out.read_text())
+    want = {
+        "lr": r"ranks disagree on lr \(rank 0: 0\.1, rank 1: 0\.2\)",
+        "momentum": r"ranks disagree on momentum \(rank 0: 0\.9, rank 1: 0\.5\)",
+        "betas": r"ranks disagree on betas \(rank 0: \(0\.9, 0\.999\), rank 1: \(0\.8, 0\.999\)\)",
+        "eps": r"ranks disagree on eps \(rank 0: 1e-08, rank 1: 1e-06\)",
+        "weight_decay": r"ranks disagree on weight_decay \(rank 0: 0\.01, rank 1: 0\.0\)",
+        "schedule": (r"ranks disagree on lr \(rank 0: \{'schedule': 'cosine', 'peak': 0\.1, "
+                     r"'total_updates': 100, .*rank 1: \{.*'total_updates': 200"),
+        "first window": r"ranks disagree on lr \(rank 0: 0\.1, rank 1: 0\.3\)",
+    }
+    for found in ranks:      # every rank raises, naming the value of each rank
+        for case, message in want.items():
+            assert found[case] and re.match(message, found[case]), (case, found[case])
+        # and the first window applied nothing: the ranks have not diverged
+        np.testing.assert_array_equal(found["w"], np.random.default_rng(0).normal(size=(2, 3)))
+
+
+# --------------------- failing ranks, uneven data: every job ends, and ends quickly
+UNEVEN = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+import numpy as np
+import numbagrad as ng
+import numbagrad.distributed as dist
+
+scenario, out = sys.argv[1], sys.argv[2]
+if scenario == "before-init" and dist.MPI.COMM_WORLD.Get_rank() == 1:
+    raise RuntimeError("rank 1 fails before init()")
+comm = dist.init()
+rank, size = dist.rank(), dist.size()
+
+
+def batch(r, j, n=2):        # rank r's micro-batch j (n columns)
+    rng = np.random.default_rng(1000 + 100 * r + j)
+    return rng.normal(size=(3, n)), rng.normal(size=(2, n))
+
+
+def train(opt, W, steps, samples=None):
+    for j in range(steps):
+        n = samples(rank, j) if samples else 2
+        x, y = batch(rank, j, n)
+        with ng.grad_tape():
+            loss = ng.mse_loss(W @ ng.tensor(x), ng.tensor(y),
+                               reduction="sum" if samples else "mean")
+        loss.backward()
+        if scenario == "exit" and rank == 1 and j == 3:
+            sys.exit(0)      # a clean exit in the middle of a window
+        if scenario == "timeout" and rank == 1 and j == 1:
+            time.sleep(30)   # a rank that hangs
+        opt.step(samples=n if samples else None)
+
+
+W = ng.param(np.random.default_rng(0).normal(size=(2, 3)))
+dist.broadcast_parameters([W])
+opt = dist.DistributedOptimizer(ng.optim.SGD([W], lr=0.1, momentum=0.9, accumulate_steps=2))
+if scenario in ("before-init", "exit"):
+    train(opt, W, 8)
+elif scenario == "timeout":
+    dist.init(timeout=2)
+    train(opt, W, 8)
+elif scenario == "uneven":
+    train(opt, W, [8, 7][rank])
+elif scenario == "uneven-flush":
+    train(opt, W, [8, 7][rank])
+    opt.flush()
+elif scenario == "join-one-rank":
+    if rank == 0:
+        with opt.join():
+            train(opt, W, 4)
+    else:
+        train(opt, W, 6)
+elif scenario == "join":
+    # 8, 5 and 0 micro-steps of 2 columns; then micro-batches of 1 to 3 samples
+    with opt.join():
+        train(opt, W, [8, 5, 0][rank])
+    V = ng.param(np.random.default_rng(0).normal(size=(2, 3)))
+    adam = dist.DistributedOptimizer(ng.optim.Adam([V], lr=0.05, accumulate_steps=2,
+                                                   average="samples"))
+    with adam.join():
+        train(adam, V, [3, 6, 1][rank], samples=lambda r, j: 1 + (r + j) % 3)
+    mine = dict(w=W.numpy().tolist(), t=opt.t, calls=opt.allreduce_calls,
+                v=V.numpy().tolist(), adam_t=adam.t, adam_calls=adam.allreduce_calls)
+    everyone = comm.gather(mine, root=0)
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump(everyone, fh)
+"""
+
+
+def run_uneven(tmp_path, scenario, n=2, timeout=60):
+    """Launch UNEVEN plainly (no -m mpi4py); (returncode, output, seconds)."""
+    script, out = tmp_path / "uneven.py", tmp_path / f"{scenario}.json"
+    script.write_text(UNEVEN)
+    start = time.perf_counter()
+    proc = subprocess.Popen([MPIEXEC, "-n", str(n), sys.executable, str(script), scenario,
+                             str(out), str(ROOT)], env=dict(os.environ, **MPI_ENV), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)      # mpiexec and every rank
+        output, _ = proc.communicate()
+        pytest.fail(f"{scenario}: the job hung for {timeout} s\n{output}"[-3000:])
+    return proc.returncode, output, time.perf_counter() - start, out
+
+
+@pytest.mark.parametrize("scenario, messages", [
+    ("before-init", [r"RuntimeError: rank 1 fails before init\(\)",
+                     r"rank 1 of 2 raised RuntimeError; aborting the job"]),
+    ("exit", [r"RuntimeError: the gradient allreduce of the window for update t=1 cannot "
+              r"complete: rank 1 has left the job \(its script ended or called sys.exit\(\); "
+              r"its SGD at t=1 with 1 micro-step\(s\) pending\) while rank 0 waits for it"]),
+    ("uneven", [r"RuntimeError: the gradient allreduce of the window for update t=3 cannot "
+                r"complete: rank 1 has left the job .*SGD at t=3 with 1 micro-step\(s\) "
+                r"pending.*run every rank's loop inside `with opt.join\(\):`"]),
+    ("uneven-flush", [r"RuntimeError: the ranks are out of step: rank 0 closes a window of 2 "
+                      r"micro-steps \(t=3\); rank 1 calls flush\(\) with 1 of 2 micro-step\(s\) "
+                      r"\(t=3\)\. Their data ran out at different micro-steps"] * 2),
+    ("join-one-rank", [r"RuntimeError: a rank ran out of data inside join\(\), but not every "
+                       r"rank is inside join\(\): rank 0 has left join\(\): its data ran out "
+                       r"\(t=2\); rank 1 closes a window of 2 micro-steps \(t=2\)"] * 2),
+    ("timeout", [r"RuntimeError: the first window's check that the ranks' optimizers agree "
+                 r"waited 2\.\d s for the other ranks \(timeout 2 s"]),
+])
+def test_a_failing_or_uneven_rank_ends_the_job_within_seconds(tmp_path, scenario, messages):
+    rc, output, seconds, _ = run_uneven(tmp_path, scenario)
+    assert rc != 0, output[-3000:]
+    for message in messages:
+        assert re.search(message, output), output[-3000:]
+    for message in set(messages):   # as often as expected: every rank, or the waiting one
+        assert len(re.findall(message, output)) == messages.count(message), output[-3000:]
+    assert seconds < 20, f"{scenario} took {seconds:.1f} s"
+
+
+def test_join_trains_uneven_shards_as_one_process_over_the_same_windows(tmp_path):
+    rc, output, seconds, out = run_uneven(tmp_path, "join", n=3)
+    assert rc == 0, output[-3000:]
+    ranks = json.loads(out.read_text())
+    assert seconds < 20, f"join took {seconds:.1f} s"
+
+    def windows(counts, n=lambda r, j: 2, samples=False):
+        """Rank r's micro-batch j lands in window j // 2: one full batch per window."""
+        cols = {}
+        for r, count in enumerate(counts):
+            for j in range(count):
+                cols.setdefault(j // 2, []).append(_uneven_batch(r, j, n(r, j)))
+        return [(np.hstack([x for x, _ in c]), np.hstack([y for _, y in c]),
+                 sum(x.shape[1] for x, _ in c) if samples else None)
+                for _, c in sorted(cols.items())]
+
+    # 8, 5 and 0 micro-steps: windows of 4, 4, 3 (rank 1's last) and 2 micro-batches
+    want, _ = single_process(lambda W: ng.optim.SGD([W], lr=0.1, momentum=0.9),
+                             windows([8, 5, 0]))
+    sizes = lambda r, j: 1 + (r + j) % 3       # noqa: E731
+    want_v, _ = single_process(lambda W: ng.optim.Adam([W], lr=0.05, average="samples"),
+                               windows([3, 6, 1], sizes, samples=True))
+    for r in ranks:
+        np.testing.assert_allclose(r["w"], want, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(r["v"], want_v, rtol=1e-10, atol=1e-12)
+        # one allreduce per window on every rank, and one more that ends the join
+        assert (r["t"], r["calls"], r["adam_t"], r["adam_calls"]) == (4, 5, 3, 4)
+
+
+def _uneven_batch(r, j, n):
+    rng = np.random.default_rng(1000 + 100 * r + j)
+    return rng.normal(size=(3, n)), rng.normal(size=(2, n))

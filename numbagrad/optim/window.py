@@ -35,13 +35,12 @@ _CLAIMING = threading.Lock()
 class WindowHook(Protocol):
     """What ``numbagrad.distributed`` plugs into a window."""
 
-    def reduce(self, buffers: list, sizes: list[int], samples: int | None
-               ) -> tuple[int, int | None]:
+    def reduce(self, buffers: list, sizes: list[int], pos: int, count: int
+               ) -> tuple[int, int] | None:
         """Sum each gradient buffer across ranks in place (one allreduce each; the
-        first also carries ``samples``); return (ranks, summed samples or None)."""
-
-    def total_positions(self, pos: int) -> int:
-        """Every rank's window position, summed (a collective; ``flush`` only)."""
+        first also carries ``count``: the window's samples under average="samples",
+        else its micro-steps ``pos``). Return (ranks, summed count), or None when
+        there is nothing to apply (every rank's count is 0: an empty ``flush``)."""
 
 
 class Window:
@@ -211,10 +210,11 @@ class Window:
     # -------------------------------------------------------- boundary
     def close(self, rule: Rule, lr: float, positions: int | None = None,
               stacklevel: int = 4) -> bool:
-        """Apply the window's total; False if it was skipped as non-finite.
+        """Apply the window's total; False if it was skipped as non-finite (or,
+        with a distributed hook, if every rank's window was empty).
 
-        ``positions`` is how many micro-steps the window holds over all
-        ranks (``flush`` passes it); by default ``pos`` on every rank. A
+        ``positions`` is how many micro-steps the window holds (``flush``
+        passes it); with a distributed hook its allreduce sums them instead. A
         ``.grad`` window with a ``Boundary`` (no hook, not ``average="samples"``)
         closes in one kernel call; anything else, and a non-finite total,
         takes the Python path below (the same kernels and ``clip_scale``).
@@ -237,9 +237,13 @@ class Window:
             group.set_live((True,) * len(flags) if self.all_live else flags)
         ranks, samples = 1, self.samples
         if self.hook is not None:
-            ranks, summed = self.hook.reduce(buffers, [g.size for g in self.groups],
-                                             samples if self.average == "samples" else None)
-            samples = summed if summed is not None else samples
+            counting = self.average == "samples"
+            reduced = self.hook.reduce(buffers, [g.size for g in self.groups], self.pos,
+                                       samples if counting else self.pos)
+            if reduced is None:
+                return False   # every rank's window is empty: nothing to apply
+            ranks, total = reduced
+            samples, positions = (total, positions) if counting else (samples, total)
         scale = 1.0 / self.divisor(positions if positions is not None else self.pos * ranks,
                                    ranks, samples)
 
