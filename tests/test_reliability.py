@@ -577,3 +577,16 @@ def test_a_compiled_step_records_again_after_the_model_changes(change):
     for i, (a, b) in enumerate(zip(*out)):
         for u, v in zip(a, b):
             np.testing.assert_array_equal(u, v, err_msg=f"call {i}")
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: nn.Linear(10**8, 10**8), r"Linear: its parameter of shape \(100000000, 100000000\)"),
+    (lambda: nn.Linear(10**10, 10**10), r"Linear: its parameter of shape .* array is too big"),
+    (lambda: nn.Embedding(10**9, 10**6), r"Embedding: its parameter of shape \(1000000000, "),
+    (lambda: nn.Conv2d(10**5, 10**5, 100), r"Conv2d: its parameter of shape \(100000, 100000, "
+                                           r"100, 100\)"),
+    (lambda: nn.MultiheadAttention(10**7, 1), r"MultiheadAttention: its parameter of shape"),
+])
+def test_a_layer_too_big_to_allocate_names_itself(make, match):
+    with pytest.raises(MemoryError, match=match):
+        make()

@@ -10,6 +10,7 @@ PyTorch state dict's arrays load into the same architecture.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -285,6 +286,20 @@ def _buffer(value: Any, where: str) -> Tensor | None:
     return Tensor(kernels.from_host(kern, array), kern)
 
 
+@contextlib.contextmanager
+def _allocating(layer: str, shape: tuple) -> Iterator[None]:
+    """Name ``layer`` and its largest parameter's ``shape`` in a MemoryError
+    (or NumPy's ValueError for a size past its index range) raised while
+    the layer allocates its parameters."""
+    try:
+        yield
+    except (MemoryError, ValueError) as exc:
+        if isinstance(exc, ValueError) and "too big" not in str(exc):
+            raise
+        raise MemoryError(f"{layer}: its parameter of shape {shape} "
+                          f"({math.prod(shape):,} elements) cannot be allocated: {exc}") from None
+
+
 class Linear(Module):
     """``y = x @ weight.T + bias`` with weight (out, in), bias (out,), PyTorch's
     default init: uniform in +-1/sqrt(in_features) for both, drawn from
@@ -301,10 +316,11 @@ class Linear(Module):
         rng = rng if rng is not None else np.random.default_rng()
         bound = 1.0 / math.sqrt(in_features)
         self.in_features, self.out_features = int(in_features), int(out_features)
-        self.weight = param(rng.uniform(-bound, bound, (out_features, in_features)),
-                            dtype=dtype, device=device)
-        self.bias = (param(rng.uniform(-bound, bound, out_features), dtype=dtype, device=device)
-                     if bias else None)
+        with _allocating("Linear", (self.out_features, self.in_features)):
+            self.weight = param(rng.uniform(-bound, bound, (out_features, in_features)),
+                                dtype=dtype, device=device)
+            self.bias = (param(rng.uniform(-bound, bound, out_features), dtype=dtype,
+                               device=device) if bias else None)
 
     def forward(self, x: Any) -> Tensor:
         return ops.linear(x, self.weight, self.bias)
@@ -494,10 +510,11 @@ class Embedding(Module):
         rng = rng if rng is not None else np.random.default_rng()
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.padding_idx = padding_idx
-        weight = rng.standard_normal((num_embeddings, embedding_dim))
-        if padding_idx is not None:
-            weight[padding_idx] = 0.0
-        self.weight = param(weight, dtype=dtype, device=device)
+        with _allocating("Embedding", (self.num_embeddings, self.embedding_dim)):
+            weight = rng.standard_normal((num_embeddings, embedding_dim))
+            if padding_idx is not None:
+                weight[padding_idx] = 0.0
+            self.weight = param(weight, dtype=dtype, device=device)
 
     def forward(self, idx: Any) -> Tensor:
         return ops.embedding(idx, self.weight, self.padding_idx)

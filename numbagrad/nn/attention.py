@@ -10,7 +10,7 @@ import numpy as np
 from .. import ops
 from ..ops._common import is_scalar, operand
 from ..tensor import Tensor, param
-from . import Linear, Module, init
+from . import Linear, Module, _allocating, init
 
 
 class MultiheadAttention(Module):
@@ -37,7 +37,8 @@ class MultiheadAttention(Module):
         e = int(embed_dim)
         self.embed_dim, self.num_heads, self.head_dim = e, int(num_heads), e // int(num_heads)
         self.dropout, self.batch_first = float(dropout), bool(batch_first)
-        self.in_proj_weight = param(np.zeros((3 * e, e)), dtype=dtype, device=device)
+        with _allocating(name, (3 * e, e)):
+            self.in_proj_weight = param(np.zeros((3 * e, e)), dtype=dtype, device=device)
         init.xavier_uniform_(self.in_proj_weight, generator=rng)
         self.in_proj_bias = (param(np.zeros(3 * e), dtype=dtype, device=device) if bias
                              else None)

@@ -10,7 +10,7 @@ import numpy as np
 from .. import ops
 from ..ops.conv import _ints
 from ..tensor import Tensor, param
-from . import Module
+from . import Module, _allocating
 
 
 class _ConvNd(Module):
@@ -48,11 +48,11 @@ class _ConvNd(Module):
         self.padding = padding
         fan_in = in_channels // groups * math.prod(kernel)
         bound = 1.0 / math.sqrt(fan_in)
-        self.weight = param(rng.uniform(-bound, bound,
-                                        (out_channels, in_channels // groups) + kernel),
-                            dtype=dtype, device=device)
-        self.bias = (param(rng.uniform(-bound, bound, out_channels), dtype=dtype, device=device)
-                     if bias else None)
+        shape = (self.out_channels, self.in_channels // self.groups) + tuple(kernel)
+        with _allocating(name, shape):
+            self.weight = param(rng.uniform(-bound, bound, shape), dtype=dtype, device=device)
+            self.bias = (param(rng.uniform(-bound, bound, out_channels), dtype=dtype,
+                               device=device) if bias else None)
 
     def forward(self, x: Any) -> Tensor:
         fn = ops.conv1d if self.rank == 1 else ops.conv2d
