@@ -384,18 +384,19 @@ def test_a_nan_clamp_bound_gives_nan_and_no_gradient_as_pytorch(dev, bounds):
 
 
 @pytest.mark.filterwarnings("ignore:.*encountered in scalar:RuntimeWarning")  # the simulator
+@pytest.mark.parametrize("threshold", [20.0, 10.0])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_softplus_of_a_huge_input_with_beta_is_the_input_as_pytorch(dev, dtype):
+def test_softplus_of_a_huge_input_with_beta_is_the_input_as_pytorch(dev, dtype, threshold):
     torch = pytest.importorskip("torch")
     big = np.finfo(dtype).max
-    x_host = np.array([big, 400.0, -big, 0.25], dtype)
+    x_host = np.array([big, 400.0, -big, 0.25, 4.9, 5.0, 5.1], dtype)
     x = dev.param(x_host)
     with ng.grad_tape():
-        y = ng.softplus(x, beta=2.0)
+        y = ng.softplus(x, beta=2.0, threshold=threshold)
         loss = y.sum()
     grads = ng.backward(loss)
     tx = torch.tensor(x_host, requires_grad=True)
-    ty = torch.nn.functional.softplus(tx, beta=2.0)
+    ty = torch.nn.functional.softplus(tx, beta=2.0, threshold=threshold)
     ty.sum().backward()
     np.testing.assert_allclose(host(y), ty.detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(host(grads[x.id]), tx.grad.numpy(), rtol=1e-6)

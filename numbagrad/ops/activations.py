@@ -39,16 +39,20 @@ def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
     (PyTorch's ``F.softplus``). A kernel code takes one parameter: beta = 1
     (any threshold) and threshold = 20 (any beta) are one unary pass; other
-    pairs run softplus(beta x, threshold) / beta, three passes each way."""
+    pairs run where(beta x > threshold, x, softplus(beta x) / beta), a few
+    passes each way (x itself, as PyTorch, also where beta x overflows)."""
     beta = _number(beta, "softplus", "beta")
     threshold = _number(threshold, "softplus", "threshold")
     if beta == 1.0:
         return ew._unary(codes.SOFTPLUS, x, threshold, "softplus")
     if threshold == 20.0:
         return ew._unary(codes.SOFTPLUS_BETA, x, beta, "softplus")
+    from .select import where
+    x = operand(x, "softplus")
     scaled = ew._unary(codes.MUL_S, x, beta, "softplus")
-    return ew._unary(codes.DIV_S, ew._unary(codes.SOFTPLUS, scaled, threshold, "softplus"),
+    soft = ew._unary(codes.DIV_S, ew._unary(codes.SOFTPLUS, scaled, threshold, "softplus"),
                      beta, "softplus")
+    return where(scaled > threshold, x, soft)
 
 
 def abs(x: Any) -> Tensor:  # noqa: A001 (ng.abs, as torch.abs)
