@@ -140,7 +140,7 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
     if idle is None:
         try:
             return kern.empty(shape, dtype)
-        except Exception as exc:   # noqa: BLE001 (NumPy's, or the CUDA driver's)
+        except _ALLOCATION_ERRORS as exc:
             raise allocation_error(kern, shape, dtype, exc) from exc
     key = (shape, dtype, kern)
     free = _local.free
@@ -159,12 +159,25 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
                 return array
     try:
         array = kern.empty(shape, dtype)
-    except Exception as exc:   # noqa: BLE001 (NumPy's, or the CUDA driver's)
+    except _ALLOCATION_ERRORS as exc:
         raise allocation_error(kern, shape, dtype, exc) from exc
     _keep(free, key, pool, array)
     return array
 
 
+def _allocation_errors() -> tuple:
+    """What an allocation raises for a size it cannot have: NumPy's MemoryError
+    and ValueError, and numba-cuda's driver error (out of memory), where present."""
+    errors: list = [MemoryError, ValueError]
+    try:
+        from numba.cuda.cudadrv.driver import CudaAPIError
+        errors.append(CudaAPIError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+_ALLOCATION_ERRORS = _allocation_errors()
 _OPS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops") + os.sep
 
 

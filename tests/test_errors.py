@@ -246,6 +246,17 @@ def test_a_state_dict_with_a_negative_second_moment_or_step_is_refused(dev):
     assert_unchanged(before, snapshot(dev, opt, [W]))
 
 
+def test_a_non_finite_state_of_nonfinite_ignore_round_trips(dev):
+    """nonfinite="ignore" applies a nan window, so its own state holds nan: it loads."""
+    W = dev.param(np.ones(3))
+    opt = ng.optim.Adam([W], lr=0.1, nonfinite="ignore")
+    opt.step({W.id: dev.tensor(np.array([np.nan, 1.0, 2.0])).data})
+    state = opt.state_dict()
+    assert np.isnan(state["groups"][0]["slots"]["exp_avg"]).any()
+    opt.load_state_dict(state)
+    assert opt.t == 1
+
+
 def test_an_optimizer_whose_param_was_adopted_elsewhere_refuses_to_step():
     W = ng.param(np.ones((2, 2)))
     first = ng.optim.SGD([W], lr=0.1)

@@ -378,8 +378,10 @@ class Optimizer:
                 "seen": _state_array(saved_g["seen"], "seen", (n,), np.bool_),
                 "window": None if window is None else
                 _state_array(window, "window", (g.size,), g.dtype),
+                # nonfinite="ignore" applies non-finite windows: its slots may be too
                 "slots": {name: _state_array(saved_g["slots"][name], name, array.shape,
-                                             array.dtype, True, name in _NON_NEGATIVE)
+                                             array.dtype, hyper["nonfinite"] != "ignore",
+                                             name in _NON_NEGATIVE)
                           for name, array in g.slots.items()}})
         return hyper, lr, (t, pos, samples, skipped, norm), arrays
 
