@@ -15,11 +15,11 @@ removed from the pool for good. ``NUMBAGRAD_NO_POOL=1`` disables pooling.
 
 Each thread's pool holds at most ``MAX_BYTES`` bytes of arrays, in use or
 idle (``NUMBAGRAD_POOL_BYTES``, 64 MiB by default; 0 turns pooling off): when
-a new array would take it past that, whole keys are dropped, least recently
-used first, so a run over ever new shapes (a batch size per step) keeps a
-bounded pool. A dropped array still in use stays valid; it is just never
-reused. A step that needs more than the bound allocates afresh, as without a
-pool.
+a new array would take it past that, whole keys gone cold are dropped
+(``_drop_cold``), so a run over ever new shapes (a batch size per step)
+keeps a bounded pool; when none is cold the new array is not pooled, so a
+step that needs more than the bound keeps reusing the part that fits. A
+dropped array still in use stays valid; it is just never reused.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ import os
 import sys
 import threading
 import weakref
-from collections import OrderedDict
 from types import ModuleType
 from typing import Any
 
@@ -57,28 +56,31 @@ HOST = kernels.get("cpu")   # the CPU kernel module
 _lock = threading.Lock()     # taken by retire and clear only
 
 
-class _Free(OrderedDict):
-    """One thread's pools: (shape, dtype, kernel module) -> ``_Pool``, least
-    recently used first; ``held`` is the bytes their arrays are charged, ``last``
-    the most recently used pool (its key needs no move). Compared and hashed
-    by identity, so a WeakSet can hold every thread's."""
-    __slots__ = ("held", "last")
+class _Free(dict):
+    """One thread's pools: (shape, dtype, kernel module) -> ``_Pool``. ``held``
+    is the bytes their arrays are charged; ``tick`` counts this thread's
+    allocations (the pool's clock: it stands still while every take hits).
+    Compared and hashed by identity, so a WeakSet can hold every thread's."""
+    __slots__ = ("held", "tick", "__weakref__")
     __hash__ = object.__hash__
     __eq__ = object.__eq__
 
     def __init__(self) -> None:
         super().__init__()
         self.held = 0
-        self.last = None
+        self.tick = 0
 
 
 class _Pool(list):
-    """One key's arrays; ``charge`` is what they count in ``held``."""
-    __slots__ = ("charge",)
+    """One key's arrays; ``charge`` is what they count in ``held``, ``used`` the
+    tick of the last take of the key, ``gap`` the most ticks seen between two."""
+    __slots__ = ("charge", "used", "gap")
 
-    def __init__(self) -> None:
+    def __init__(self, tick: int) -> None:
         super().__init__()
         self.charge = 0
+        self.used = tick
+        self.gap = 0
 
 
 class _Pools(threading.local):
@@ -146,12 +148,11 @@ def take(kern: ModuleType, shape: tuple, dtype) -> object:
     free = _local.free
     pool = free.get(key)
     if pool is not None:
-        if pool is not free.last:   # LRU order; the key hashes again, so not when it is last
-            try:
-                free.move_to_end(key)
-            except KeyError:        # clear() from another thread
-                pass
-            free.last = pool
+        tick = free.tick
+        if pool.used != tick:       # (never so in a step that allocates nothing)
+            if tick - pool.used > pool.gap:
+                pool.gap = tick - pool.used
+            pool.used = tick
         # the scan of ``_scan``, inline (one call less per op): ``_verify``
         # checks at import that it sees the same counts
         for array in pool:
@@ -209,23 +210,46 @@ def allocation_error(kern: ModuleType, shape: tuple, dtype: Any, exc: BaseExcept
 
 def _keep(free: _Free, key: tuple, pool: _Pool | None, array: object) -> None:
     """Pool ``array``, just made for ``key`` (whose pool is ``pool``), if its key
-    has room, then drop least recently used keys while over ``MAX_BYTES``."""
+    has room and the pool stays within ``MAX_BYTES``, dropping cold keys (see
+    ``_drop_cold``) to make room; else leave it unpooled."""
     size = array.nbytes + _OBJECT_BYTES
     bound = MAX_BYTES
+    free.tick += 1
     count = 1 if pool is None else len(pool) + 1
     if count > _MAX_PER_KEY or count * size > bound:   # one key never exceeds the bound
         return
+    if free.held + size > bound and not _drop_cold(free, size, pool):
+        return
     if pool is None:
-        pool = free[key] = free.last = _Pool()
+        pool = free[key] = _Pool(free.tick)
     pool.append(array)
     charge = len(pool) * size       # exact: also settles arrays another thread retired
     free.held += charge - pool.charge
     pool.charge = charge
-    while free.held > bound:
-        if len(free) <= 1:   # this key alone fits: the count was off (a clear() raced a take)
-            free.held = sum(p.charge for p in free.values())
+
+
+def _drop_cold(free: _Free, size: int, keep: _Pool | None) -> bool:
+    """Drop keys not taken for over twice the longest gap any key has shown
+    between two takes (in allocations; at least twice the number of keys,
+    for keys never taken again), oldest first, until ``size`` more
+    bytes fit; whether they do. Keys a steady step still uses stay: a step
+    whose arrays exceed the bound reuses a fixed part of them instead of
+    dropping each key just before its next use, as least-recently-used would.
+    (``held`` is counted afresh first: retires and clears from other threads
+    settle here.)"""
+    free.held = sum(p.charge for p in free.values())
+    need = free.held + size - MAX_BYTES
+    horizon = 2 * max(len(free), max(p.gap for p in free.values()) if free else 0)
+    now = free.tick
+    cold = [(p.used, k) for k, p in free.items() if p is not keep and now - p.used > horizon]
+    cold.sort(key=lambda item: item[0])
+    for _, k in cold:
+        if need <= 0:
             break
-        free.held -= free.popitem(last=False)[1].charge   # the key just used is last
+        charge = free.pop(k).charge
+        free.held -= charge
+        need -= charge
+    return need <= 0
 
 
 def _held_bytes() -> int:
@@ -260,7 +284,6 @@ def _verify() -> bool:
     pool = free.pop((key_shape, f64, _Host), None)
     if pool is not None:
         free.held -= pool.charge
-    free.last = None
     return ok
 
 
@@ -294,4 +317,4 @@ def clear() -> None:
     with _lock:
         for free in list(_all):
             free.clear()
-            free.held, free.last = 0, None
+            free.held = 0
