@@ -591,3 +591,37 @@ def test_a_compiled_step_records_again_after_the_model_changes(change):
 def test_a_layer_too_big_to_allocate_names_itself(make, match):
     with pytest.raises(MemoryError, match=match):
         make()
+
+
+def test_training_and_evaluation_steps_compiled_apart_record_once_each():
+    """The patterns that must not record on every call: a mode switched and
+    switched back between calls, fn setting the mode itself, another model's
+    mode changing."""
+    rng = np.random.default_rng(12)
+    x, labels = ng.tensor(rng.normal(size=(8, 4))), rng.integers(0, 3, 8)
+    model, other = _Net(), _Net()
+    opt = ng.optim.SGD(model.parameters(), lr=0.1)
+
+    def loss_of():
+        return ng.cross_entropy(model(x), labels)
+
+    def train_step():
+        model.train()
+        return loss_of()
+
+    def eval_step():
+        model.eval()
+        return loss_of()
+    plain = ng.compile(loss_of, optimizer=opt, verify=False)
+    ts = ng.compile(train_step, optimizer=opt, verify=False)
+    es = ng.compile(eval_step, verify=False)
+    for _ in range(5):
+        model.train()
+        plain()
+        model.eval()
+        model(x)                  # an evaluation outside the compiled step
+        other.eval()
+        other.train()
+        ts()
+        es()
+    assert (len(plain.stats), len(ts.stats), len(es.stats)) == (1, 1, 1)

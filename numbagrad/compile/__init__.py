@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import tape
 from ..nn import CHANGES as _MODULE_CHANGES
+from ..nn import _settled, _still, _watching
 from ..optim.fused import FusedUpdate
 from ..tensor import Tensor
 from .analysis import _analyze, _compare, _device_of, _Program
@@ -110,9 +111,7 @@ class CompiledStep:
             win.claim("a compiled step (ng.compile)")
         try:   # one frame, no helper call: this is the compiled step's hot path
             if _MODULE_CHANGES[0] != self._changes:   # model.eval(), a param replaced, ...
-                self._changes = _MODULE_CHANGES[0]
-                self._entries.clear()
-                self._last = None
+                self._drop_changed()
             entry = self._last
             if entry is not None:
                 out = entry.run(args)
@@ -145,6 +144,15 @@ class CompiledStep:
             raise
 
     # ------------------------------------------------------------ internals
+    def _drop_changed(self) -> None:
+        """Forget the signatures whose recorded modules changed since."""
+        self._changes = _MODULE_CHANGES[0]
+        for key, entry in list(self._entries.items()):
+            if not _still(entry.watch):
+                del self._entries[key]
+        if self._last is not None and self._last.key not in self._entries:
+            self._last = None
+
     def _eager(self, args: tuple) -> Tensor:
         with tape.grad_tape():
             loss = self.fn(*args)
@@ -162,7 +170,7 @@ class CompiledStep:
                 raise TypeError(f"ng.compile: argument {i} is the output of a recorded op; "
                                 f"pass leaf tensors (the graph is recorded inside fn)")
         t0 = time.perf_counter()
-        with _recording() as rec:
+        with _recording() as rec, _watching() as called:
             with tape.grad_tape():
                 loss = self.fn(*args)
             if not isinstance(loss, Tensor):
@@ -171,7 +179,7 @@ class CompiledStep:
             params = _reached_params(loss) if loss._node is not None else []
             loss.backward()     # eager's errors (not recorded, not one element) as they are
         t1 = time.perf_counter()
-        self._changes = _MODULE_CHANGES[0]   # what fn itself set while recorded is recorded
+        watch = _settled(called)
         if rec.host_reads and check is None:
             warnings.warn("ng.compile: fn copied a tensor to the host (.item(), .numpy()) "
                           "while being recorded; replays run no Python code, so a decision "
@@ -218,6 +226,7 @@ class CompiledStep:
             warnings.warn(f"ng.compile: this step cannot be replayed ({reason}); it runs "
                           f"eagerly for this signature", RuntimeWarning, stacklevel=3)
             entry = _EagerEntry(None, args, key, self)
+        entry.watch = watch
         stat["mode"] = entry.mode
         stat["total_s"] = time.perf_counter() - t0
         self.stats.append(stat)
@@ -300,10 +309,11 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     replay it: no tape, no op dispatch, no allocation. The last
     ``MAX_SIGNATURES`` (8) signatures are kept. A param that no longer holds
     the arrays it was recorded with (a new optimizer adopted it) makes the
-    next call record again, and so does any change to an ``nn.Module``
-    (``train()``/``eval()`` switching a mode, an attribute set again: a
-    param, submodule or setting replaced) since the last call: every
-    signature then records anew.
+    next call record again, and so does a change to an ``nn.Module`` that
+    ``fn`` called while recording (``train()``/``eval()`` switching its mode,
+    an attribute set again: a param, submodule or setting replaced), unless
+    ``fn`` makes that change itself; that signature then records anew (a
+    mode switched and switched back before the next call changes nothing).
 
     **What is captured.** Only kernels. Python code in ``fn`` runs on the
     recording call only: control flow that depends on tensor values

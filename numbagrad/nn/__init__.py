@@ -26,9 +26,49 @@ from ..tensor import tensor as _tensor
 __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmoid"]
 
 
-# Counts the changes to any module a compiled step may have recorded (a mode
-# switched, an attribute set again); ng.compile records again when it moved.
+# Counts the changes to any module (a mode switched, an attribute set again):
+# a compiled step that sees it move checks the modules it recorded (_still).
 CHANGES = [0]
+# While ng.compile records: id -> (module, training, version) at its first call.
+_CALLED: list = [None]
+
+
+@contextlib.contextmanager
+def _watching() -> Iterator[dict]:
+    """Note every module called inside the block, with its state then."""
+    previous, called = _CALLED[0], {}
+    _CALLED[0] = called
+    try:
+        yield called
+    finally:
+        _CALLED[0] = previous
+
+
+def _state(m: Module) -> tuple:
+    return m.training, m.__dict__.get("_version", 0)
+
+
+def _set_by_recorded_code(m: Module) -> None:
+    """While recording: ``m``'s state is the recorded code's to set (it calls
+    ``train()`` or sets an attribute itself), so no reason to record again."""
+    called = _CALLED[0]
+    if called is not None:
+        called[id(m)] = (m, None, None)
+
+
+def _settled(called: dict) -> tuple:
+    """The modules of ``called`` that the recorded code did not change itself,
+    with their state."""
+    return tuple((m, t, v) for m, t, v in called.values()
+                 if t is not None and _state(m) == (t, v))
+
+
+def _still(watch: tuple) -> bool:
+    """Whether every module of ``_settled``'s answer is in the state it had."""
+    for m, t, v in watch:
+        if m.training != t or m.__dict__.get("_version", 0) != v:
+            return False
+    return True
 
 
 class Module:
@@ -36,9 +76,10 @@ class Module:
     in ``__init__`` and compute in ``forward``; call the module to run it.
 
     ``training`` (True until ``eval()``) tells layers such as ``Dropout``
-    which behaviour to use. A change of mode, or an attribute set again (a
-    param, submodule or setting replaced), counts in ``CHANGES``, from which
-    compiled steps (``ng.compile``) learn that they must record again.
+    which behaviour to use. A compiled step (``ng.compile``) notes the
+    modules called while it records, with their mode and version (bumped by
+    an attribute set again: a param, submodule or setting replaced), and
+    records again when one of them has changed.
     """
 
     def __init__(self) -> None:
@@ -54,6 +95,8 @@ class Module:
                                  "super().__init__() before setting attributes")
         if name in self.__dict__:   # a replacement: what a compiled step recorded may be gone
             CHANGES[0] += 1
+            object.__setattr__(self, "_version", self.__dict__.get("_version", 0) + 1)
+            _set_by_recorded_code(self)
         is_param = isinstance(value, Tensor) and value.is_param
         is_module = isinstance(value, Module)
         if name in self._buffers and not is_param and not is_module:
@@ -84,6 +127,9 @@ class Module:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        called = _CALLED[0]
+        if called is not None and id(self) not in called:   # ng.compile is recording
+            called[id(self)] = (self,) + _state(self)
         return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -194,6 +240,7 @@ class Module:
             if module.training != bool(mode):
                 CHANGES[0] += 1
             object.__setattr__(module, "training", bool(mode))
+            _set_by_recorded_code(module)
         return self
 
     def eval(self) -> Module:
