@@ -323,8 +323,15 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     constants; arrays passed as arguments are read fresh on every call. To
     catch the common mistake, the 2nd, 4th, 8th, ... call of a signature runs
     eagerly again and compares what it records: a different graph raises
-    ``GraphChangedError`` (``verify=False`` skips these checks). Class labels
-    are range-checked on every call, raising eager mode's error.
+    ``GraphChangedError`` (``verify=False`` skips these checks). Host indices
+    and class labels given as arguments (``x[idx]``, ``embedding``,
+    ``gather``, ``cross_entropy``, ``nll_loss``) are range-checked on every
+    call before any kernel runs, as the op checks them: a call that fails the
+    check runs eagerly, so it raises eager mode's error (IndexError or
+    ValueError, naming the op) with params, gradients and the optimizer
+    untouched (and a cross_entropy target holding ``ignore_index``, which
+    the replay cannot express, is computed eagerly). CUDA device indices and
+    labels are checked by their kernels, which raise after their launch.
 
     **Results** are bit-identical to eager execution on the CPU: the same
     compiled kernels, called with the same arguments in the same order.

@@ -46,7 +46,11 @@ class _Program:
         self.derived: list[tuple[int, Any]] = []   # "der": (arg index, dtype) host copies
         self.derived_shapes: list[tuple] = []
         self.loss: _Ref | None = None
-        self.labels: list[tuple[_Ref, int]] = []   # (labels ref, classes) to range-check
+        # host integers of an argument that an op range-checked, checked again on
+        # every call: (ref, low, high, exclude, allow), valid values lying in
+        # [low, high) and other than exclude, or equal to allow (exclude=high
+        # and allow=low when the op gave none)
+        self.checks: list[tuple[_Ref, int, int, int, int]] = []
         self.kern: ModuleType | None = None
         self.params: list[Tensor] = []
         self.param_args: list[int] = []     # args that are params themselves
@@ -91,7 +95,9 @@ def _analyze(rec: _Recording, args: tuple, loss: Tensor, params: list[Tensor],
     fixed_ids: dict[int, int] = {}
     numpy_args = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
 
-    def ref(a: Any) -> _Ref:
+    def ref(a: Any, fix: bool = True) -> _Ref | None:
+        """``a``'s _Ref; with ``fix=False``, None for a persistent or constant array
+        (not registered)."""
         lo, hi = _extent(a)
         at = _address(a)          # views are placed by their data pointer
         shape, strides = _shape(a), _strides(a)
@@ -122,6 +128,8 @@ def _analyze(rec: _Recording, args: tuple, loss: Tensor, params: list[Tensor],
                     return _Ref("der", prog.derived.index(key), at - _address(root), shape,
                                 strides, a.dtype, layout)
         k = fixed_ids.get(id(root))
+        if k is None and not fix:
+            return None
         if k is None:
             k = fixed_ids[id(root)] = len(prog.fixed)
             prog.fixed.append(root)
@@ -137,21 +145,19 @@ def _analyze(rec: _Recording, args: tuple, loss: Tensor, params: list[Tensor],
     prog.temps = rec.temps
     prog.loss = ref(loss._data)
     prog.kern = loss._kern
-    for fn, name, rargs, _ in prog.calls:
-        if name == "cross_entropy" and len(rargs) >= 2 and isinstance(rargs[1], _Ref):
-            labels = rargs[1]
-            classes = rargs[0].shape[1]
-            if labels.kind == "tmp":      # CUDA: the labels were uploaded from the host
-                for fn2, name2, r2, _ in prog.calls:
-                    if name2 == "upload" and isinstance(r2[1], _Ref) \
-                            and r2[1].desc() == labels.desc():
-                        labels = r2[0] if isinstance(r2[0], _Ref) else None
-                        break
-                else:
-                    labels = None
-            if labels is not None and labels.kind in ("in", "der") \
-                    and labels.dtype.kind in "iu":
-                prog.labels.append((labels, classes))
+    # what the ops checked of the arguments' integers (indices, labels; on CUDA
+    # the host arrays they uploaded): a replay checks each call's values again
+    seen = set()
+    for array, low, high, exclude, allow in rec.checks:
+        r = ref(array, fix=False) if isinstance(array, np.ndarray) else None
+        if r is None or r.kind not in ("in", "der") or r.dtype.kind not in "iu":
+            continue          # a constant: compared by the verifying calls instead
+        check = (r, low, high, high if exclude is None else int(exclude),
+                 low if allow is None else int(allow))
+        key = (r.desc(), *check[1:])
+        if key not in seen:
+            seen.add(key)
+            prog.checks.append(check)
     return prog
 
 

@@ -203,14 +203,18 @@ class _Codegen:
     def source(self) -> str:
         prog = self.prog
         self.plan_arenas()
-        # label checks come before any kernel: a bad label raises before anything is written
+        # the ops' checks of indices and labels come before any kernel: a bad value
+        # raises before anything is written (the runner then runs the call eagerly,
+        # which raises the op's own error); bounds are meta, so the source is not
+        # specific to them
         checks = []
-        for labels, classes in prog.labels:
-            var = self.view(labels)
-            c = self.slot(classes)
-            checks += [f"    for i in range({var}.size):",
-                       f"        if {var}[i] < 0 or {var}[i] >= {c}:",
-                       "            raise ValueError('ng.compile: a class label is out of range')"]
+        for r, low, high, exclude, allow in prog.checks:
+            var = self.view(r)
+            lo, hi, ex, al = (self.slot(v) for v in (low, high, exclude, allow))
+            checks += [f"    for v in {var}.flat:",
+                       f"        if (v < {lo} or v >= {hi} or v == {ex}) and v != {al}:",
+                       "            raise ValueError('ng.compile: an index or label is out of "
+                       "range')"]
         body = []
         for (fn, name, rargs, _), (cargs, kwargs) in zip(prog.calls, prog.originals):
             addr, expect = self.kernel(fn, cargs, kwargs)

@@ -4,7 +4,9 @@ The recorder subscribes to the kernels' entry points (``kernels.observe``):
 ops reach a device only through ``kernels.call``, ``kernels.empty``,
 ``kernels.from_host``/``to_host``, functions marked ``kernels.host_copy`` and
 ``buffers.take``, so it sees everything the step does without patching a
-module.
+module. Ops that range-check host integers (indices, class labels) also
+tell it so through ``checked`` when it listens (``ops.indexing._note_checked``),
+which the replays repeat on each call's new values.
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ class _Recording:
         # the copy -> (copy, the object it was made from). An argument's copy
         # is re-made from the new argument at replay; any other is a constant.
         self.copies: dict[int, tuple[Any, Any]] = {}
+        # Host integer arrays an op range-checked: (array, low, high, exclude,
+        # allow), every value in [low, high) and not exclude, or allow.
+        self.checks: list[tuple[Any, int, int, int | None, int | None]] = []
 
     def kernel(self, fn: Callable, name: str, args: tuple) -> None:
         if threading.get_ident() == self.thread:
@@ -58,6 +63,13 @@ class _Recording:
     def host_copy(self, copy: Any, source: Any) -> None:
         if threading.get_ident() == self.thread:
             self.copies[id(copy)] = (copy, source)
+
+    def checked(self, array: Any, low: int, high: int, exclude: int | None,
+                allow: int | None) -> None:
+        """An op checked the host integers ``array`` (see ``checks``); the array
+        is kept, so that its id stays its own until the recording is resolved."""
+        if threading.get_ident() == self.thread:
+            self.checks.append((array, int(low), int(high), exclude, allow))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import buffers
-from ..kernels.cpu.losses import first_bad_label
+from ..kernels.cpu.indexing import first_invalid
 from ..optim.fused import FusedUpdate
 from ..optim.window import Window
 from ..tensor import Tensor
@@ -262,12 +262,11 @@ class _ReplayEntry(_Entry):
                 raise _Unsupported("a per-call keyword array")
             plan.append((fn, tuple(fixed), dyn, kwargs))
         self.plan = plan
-        self.labels = prog.labels
-        for pos, kind, a in (d for _, _, dyn, _ in plan for d in dyn):
-            if kind in ("in", "der"):   # fails now, not on a later call
-                root = prog.inputs[a.index] if kind == "in" else None
-                if root is not None:
-                    _view(root, a.off, a.shape, a.strides)
+        self.checks = prog.checks
+        refs = [d[2] for _, _, dyn, _ in plan for d in dyn if d[1] in ("in", "der")]
+        for a in refs + [check[0] for check in prog.checks]:
+            if a.kind == "in":    # fails now, not on a later call
+                _view(prog.inputs[a.index], a.off, a.shape, a.strides)
 
     def ring_entry(self) -> list:
         for entry in self.ring:
@@ -291,10 +290,9 @@ class _ReplayEntry(_Entry):
             return _VERIFY
         prog = self.prog
         derived = [np.ascontiguousarray(args[i], dtype) for i, dtype in prog.derived]
-        for labels, classes in self.labels:
-            host = (_data(args[labels.index]) if labels.kind == "in"
-                    else derived[labels.index])
-            if isinstance(host, np.ndarray) and first_bad_label(host, classes) >= 0:
+        for r, low, high, exclude, allow in self.checks:   # the ops' checks, before any kernel
+            root = _data(args[r.index]) if r.kind == "in" else derived[r.index]
+            if first_invalid(_view(root, r.off, r.shape, r.strides), low, high, exclude, allow):
                 return _EAGER
         ring = self.ring_entry()
         views = ring[3]

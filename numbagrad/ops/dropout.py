@@ -73,9 +73,11 @@ def _dropout_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 def embedding(idx: Any, weight: Any, padding_idx: int | None = None) -> Tensor:
     """``torch.nn.functional.embedding``: ``weight[idx]``, rows of a (num, dim)
     ``weight`` for integer ``idx`` of any shape (a NumPy array or list, or on
-    "cuda" a Numba device array), shape ``idx.shape + (dim,)``. Host indices
-    must lie in [0, num) (negative ones raise, as in PyTorch, unlike NumPy's
-    indexing). The gradient adds repeated indices up, and the
+    "cuda" a Numba device array), shape ``idx.shape + (dim,)``. Indices must
+    lie in [0, num): any other, a negative one too (as in PyTorch, unlike
+    NumPy's indexing), raises IndexError, host indices before anything runs,
+    a device array's once the selecting kernel has run (it reads nothing
+    outside the weight). The gradient adds repeated indices up, and the
     ``padding_idx`` row (negative counts from the end) gets none."""
     op = "embedding"
     weight = operand(weight, op, "weight")
@@ -93,13 +95,13 @@ def embedding(idx: Any, weight: Any, padding_idx: int | None = None) -> Tensor:
                              f"{num} embeddings (expected [{-num}, {num - 1}])")
         pad = int(padding_idx) % num
     kern = weight._kern
-    index = _indices(kern, idx, op, 0, num, 0)
+    index, check = _indices(kern, idx, op, 0, num, 0)
     m = math.prod(index.shape)
     flat = reshaped(index, (m,))
     shape = tuple(index.shape) + (dim,)
     out = buffers.take(kern, shape, weight.dtype)
     kernels.call(kern, "index_select", out.size, _grouped(kern, weight._data, 0), flat,
-                 reshaped(out, (1, m, dim)))
+                 reshaped(out, (1, m, dim)), *check)
     return result(out, kern, (weight,), _embedding_backward, (flat, shape, pad))
 
 

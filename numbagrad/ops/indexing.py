@@ -6,9 +6,11 @@ view (see ``ops/shape.py``: on CUDA a copy when the result is strided); its
 gradient is written by one ``place_nd`` into the whole destination. An
 integer array selects with ``index_select`` and its gradient scatter-adds
 (``index_add``), so repeated indices accumulate: ``E[idx]`` is an embedding
-lookup. Host indices are range-checked before anything runs; a CUDA device
-array of indices is not (an index outside the axis reads as nan and adds
-nothing), nor are indices a compiled step (``ng.compile``) is given later.
+lookup. Host indices are range-checked before anything runs (and a
+compiled step, ``ng.compile``, checks the ones it is given later before any
+kernel); a CUDA device array of indices is checked by the selecting kernel
+itself, which sets an error flag that the op reads back once (a 4-byte copy)
+and raises the same IndexError, so neither path reads or writes outside x.
 
 One launch per forward and per gradient. An array index on a view whose
 dims do not merge into (pre, axis, post) reads the view in place
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
-from ..kernels.cpu.indexing import first_out_of_range
+from ..kernels.cpu.indexing import first_out_of_range, index_error
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import (axis_of, copy_strided, describe, ones, operand, permuted, reshaped,
@@ -75,9 +77,11 @@ def _grouped(kern: Any, data: Any, a: int) -> Any:
     return kern.as_strided(data, three, (pre, strides[a], post), 0)
 
 
-def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> Any:
-    """Integer indices as an int64 array on ``kern``'s device (host ones checked
-    to lie in [low, high) first), keeping their shape."""
+def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> tuple:
+    """Integer indices as an int64 array on ``kern``'s device, keeping their
+    shape, and the extra arguments of the selecting kernel's launch: none for
+    host indices (checked here to lie in [low, high) first), (source, op,
+    axis, low) for a CUDA device array, which that kernel checks itself."""
     if isinstance(index, Tensor):
         raise TypeError(f"{op}: indices must be integers (a NumPy integer array), got a "
                         f"{index.dtype} Tensor")
@@ -85,20 +89,34 @@ def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> 
         if index.dtype.kind not in "iu" or not kern.is_c_contiguous(index):
             raise TypeError(f"{op}: device indices must be a C-contiguous integer array, "
                             f"got {index.dtype}")
-        return index
+        return index, (index, op, axis, low)
     host = np.asarray(index if not isinstance(index, list) or index else np.zeros(0, np.int64))
     if host.dtype.kind not in "iu" or host.dtype == np.bool_:
         raise TypeError(f"{op}: indices must be integers, got dtype {host.dtype}")
     bad = first_out_of_range(host.reshape(-1), low, high)
     if bad >= 0:
-        raise IndexError(f"{op}: index {host.reshape(-1)[bad]} is out of range for axis "
-                         f"{axis} of size {high} (at position "
-                         f"{tuple(int(i) for i in np.unravel_index(bad, host.shape))})")
+        raise index_error(op, host, bad, low, high, axis)
+    checked = host if host.dtype == np.int64 and (kern.name != "cpu" or host.flags.c_contiguous) \
+        else _as_int64(host)
+    if kernels._observer is not None:
+        _note_checked(checked, low, high)
     if kern.name == "cpu":
-        return host if host.dtype == np.int64 and host.flags.c_contiguous else _as_int64(host)
+        return checked, ()
     out = buffers.take(kern, host.shape, np.int64)
-    kernels.call(kern, "upload", 0, host if host.dtype == np.int64 else _as_int64(host), out)
-    return out
+    kernels.call(kern, "upload", 0, checked, out)
+    return out, ()
+
+
+def _note_checked(host: np.ndarray, low: int, high: int, exclude: int | None = None,
+                  allow: int | None = None) -> None:
+    """Tell ``ng.compile``'s recorder (when one listens) that the op checked
+    the host integers ``host``: each lies in [low, high) and is not
+    ``exclude``, or is ``allow``. A replay reads a new argument's values
+    without running the op, so it repeats the check before any kernel and
+    runs a call that fails it eagerly (which raises the op's own error)."""
+    note = getattr(kernels._observer, "checked", None)
+    if note is not None:
+        note(host, low, high, exclude, allow)
 
 
 @kernels.host_copy
@@ -174,9 +192,12 @@ def getitem(x: Any, key: Any) -> Tensor:
     """``x[key]`` with NumPy's rules: integers, slices of any step, ``None``,
     ``...``, and one integer array (a NumPy integer array of any shape, a
     list, or on "cuda" a Numba device array) indexing one axis as NumPy's
-    advanced indexing does (negative indices count from the end). Without an
-    array it is a view (on CUDA a copy when strided); with one a new array,
-    whose gradient adds repeated indices up, as ``nn.Embedding``'s does."""
+    advanced indexing does: indices in [-n, n) for an axis of n, negative ones
+    counting from the end, on the host and on the device alike (PyTorch's
+    rule too); any other raises IndexError (a device array's once its kernel
+    has run). Without an array it is a view (on CUDA a copy when strided);
+    with one a new array, whose gradient adds repeated indices up, as
+    ``nn.Embedding``'s does."""
     x = operand(x, "x[key]")
     basic, lattice, array, first_dims = _parse(x, key)
     if array is None:
@@ -184,7 +205,7 @@ def getitem(x: Any, key: Any) -> Tensor:
     kern = x._kern
     d, v, index = array
     n = x.shape[d]
-    index = _indices(kern, index, "x[key]", -n, n, d)
+    index, check = _indices(kern, index, "x[key]", -n, n, d)
     view = _view(kern, x._data, lambda a: a[basic])
     vshape = tuple(view.shape)
     rest = vshape[:v] + vshape[v + 1:]
@@ -195,12 +216,13 @@ def getitem(x: Any, key: Any) -> Tensor:
     flat = reshaped(index, (m,))
     if _merges(view, v) or 0 in vshape:
         kernels.call(kern, "index_select", out.size, _grouped(kern, view, v), flat,
-                     _out3(kern, out, vshape, v, m, first_dims))
+                     _out3(kern, out, vshape, v, m, first_dims), *check)
     else:    # read the view in place, the indexed axis moved last in both
         last = len(vshape) - 1
         outv = _moved(reshaped(out, (m,) + rest), 0, last) if first_dims else \
             _moved(reshaped(out, vshape[:v] + (m,) + vshape[v + 1:]), v, last)
-        kernels.call(kern, "index_select_nd", out.size, _moved(view, v, last), flat, outv)
+        kernels.call(kern, "index_select_nd", out.size, _moved(view, v, last), flat, outv,
+                     *check)
     whole = view.shape == x.shape and all(b == slice(None) for b in basic[:-1])
     return result(out, kern, (x,), _select_backward,
                   (flat, shape, vshape, v, first_dims, None if whole else lattice, d))
@@ -261,9 +283,15 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
     """``torch.gather(x, axis, index)``: out[i][j][k] = x[i][index[i][j][k]][k]
     for axis 1 (likewise for any axis; Q(s, a) in RL). ``index`` holds
     integers in [0, x.shape[axis]) (a NumPy array, or on "cuda" a Numba device
-    array), has x's rank and at most x's size along every other axis. The
-    gradient adds repeated indices up."""
-    op = "gather"
+    array), has x's rank and at most x's size along every other axis. Any
+    other index, a negative one too (as ``torch.gather``), raises IndexError:
+    host indices before anything runs, a device array's once its kernel has
+    run (which reads nothing outside x). The gradient adds repeated indices up."""
+    return _gather(x, axis, index, "gather")
+
+
+def _gather(x: Any, axis: int, index: Any, op: str) -> Tensor:
+    """``gather``, its errors naming ``op`` (``cross_entropy`` composes it)."""
     x = operand(x, op)
     if x.ndim == 0:
         raise ValueError(f"{op}: needs a tensor of at least 1 dim, got {describe(x)}")
@@ -276,7 +304,7 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
         raise ValueError(f"{op}: index of shape {shape} does not fit a tensor of "
                          f"{describe(x)} along axis {a} (same rank, at most its size "
                          "along the other axes)")
-    index = _indices(kern, index, op, 0, x.shape[a], a)
+    index, check = _indices(kern, index, op, 0, x.shape[a], a)
     part = tuple(slice(None) if d == a else slice(0, m) for d, m in enumerate(shape))
     whole = all(m == n for d, (m, n) in enumerate(zip(shape, x.shape)) if d != a)
     view = x._data if whole else _view(kern, x._data, lambda t: t[part])
@@ -284,11 +312,11 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
     idx3 = reshaped(index, _three(shape, a))
     if whole and (_merges(view, a) or 0 in shape):
         kernels.call(kern, "gather", out.size, _grouped(kern, view, a), idx3,
-                     reshaped(out, _three(shape, a)))
+                     reshaped(out, _three(shape, a)), *check[:3])
     else:    # read x in place, the axis moved last (a smaller index reads a corner of x)
         last = x.ndim - 1
         kernels.call(kern, "gather_nd", out.size, _moved(x._data, a, last),
-                     _moved(index, a, last), _moved(out, a, last))
+                     _moved(index, a, last), _moved(out, a, last), *check[:3])
     saved = (idx3, tuple(view.shape), a, None if whole else index)
     return result(out, kern, (x,), _gather_backward, saved)
 

@@ -10,12 +10,13 @@ import numpy as np
 
 from .. import buffers, kernels
 from ..kernels import scalar as codes
-from ..kernels.cpu.losses import first_bad_label
+from ..kernels.cpu.losses import first_bad_label, label_message
 from ..tape import Node, _Backward, output
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (_F32, _F64, check_reduction, contiguous, describe, is_scalar,
                       mean_scale, ones, operand, pair, reshaped, result, scalar_of)
+from .indexing import _note_checked
 
 _HOST = buffers.HOST
 # (dtype, ndim) -> the CPU mse kernel's specialisation (kernels.hot_table)
@@ -145,11 +146,15 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
     each way); the default call, with no target ignored, is the fused kernel.
 
     ``target`` is a NumPy integer array on either device (on "cuda" it is
-    uploaded once per call) or, on "cuda", a Numba device array of integers
-    (no upload; its values are not checked on the host, so none is taken as
-    ``ignore_index``). With positions (d1, ...), the kernel reads the logits
-    in place as (N, C, d1 * ...), the classes at stride d1 * ..., and writes
-    the gradient in their layout: one launch either way.
+    uploaded once per call; a label outside [0, C) that is not
+    ``ignore_index`` raises ValueError before anything runs) or, on "cuda", a
+    Numba device array of integers (no upload; its values are not read on the
+    host, so none is taken as ``ignore_index``: the kernel checks that each
+    lies in [0, C), negative ones included, and a bad one raises IndexError
+    naming it once the kernel has run, after one 4-byte read back; nothing is
+    read or written outside the logits). With positions (d1, ...), the kernel
+    reads the logits in place as (N, C, d1 * ...), the classes at stride
+    d1 * ..., and writes the gradient in their layout: one launch either way.
     """
     op = "cross_entropy"
     if reduction != "mean":
@@ -185,32 +190,36 @@ def _cross_entropy_fused(x: Tensor, kern: Any, shape: tuple, dtype: Any, target:
     op = "cross_entropy"
     if len(shape) == 2:
         n, classes = shape
-        labels = _labels(kern, target, (n,), classes, ignore_index)
+        labels, source = _labels(kern, target, (n,), classes, ignore_index)
         loss = buffers.take(kern, (), dtype)
         grad = buffers.take(kern, shape, dtype)
         # C-contiguous logits and gradient of one dtype, int64 labels, a 0-d loss
         kernels.typed(kern, "cross_entropy", grad.size, dtype)(contiguous(x), labels, loss,
-                                                               grad, _scale(reduction, n))
+                                                               grad, _scale(reduction, n),
+                                                               *source)
         return result(loss, kern, (x,), _loss_backward, (grad,))
     if len(shape) < 2:
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
     shape = tuple(shape)
     n, classes, rest = shape[0], shape[1], shape[2:]
     positions = math.prod(rest)
-    labels = _labels(kern, target, (n, *rest), classes, ignore_index)
+    labels, source = _labels(kern, target, (n, *rest), classes, ignore_index)
     loss = buffers.take(kern, (), dtype)
     grad = buffers.take(kern, shape, dtype)
     scale = _scale(reduction, n * positions)
     lanes3 = (n, classes, positions)
     kernels.call(kern, "cross_entropy3", grad.size, reshaped(contiguous(x), lanes3),
-                 reshaped(labels, (n * positions,)), loss, reshaped(grad, lanes3), scale)
+                 reshaped(labels, (n * positions,)), loss, reshaped(grad, lanes3), scale,
+                 *source)
     return result(loss, kern, (x,), _loss_backward, (grad,))
 
 
 def _labels(kern: Any, target: Any, shape: tuple, classes: int, ignore: int | None = None
-            ) -> Any:
-    """Class indices of ``shape`` as an int64 array on ``kern``'s device, checked first
-    (``_Ignored`` when a host target holds ``ignore``)."""
+            ) -> tuple:
+    """Class indices of ``shape`` as an int64 array on ``kern``'s device, host
+    ones checked first (``_Ignored`` when a host target holds ``ignore``), and
+    the extra arguments of the kernel's launch: ``(target,)`` for CUDA device
+    labels, whose range the kernel checks, else none."""
     op = "cross_entropy"
     if isinstance(target, Tensor):
         raise TypeError(f"{op}: target must be integer class indices (a NumPy integer "
@@ -219,7 +228,7 @@ def _labels(kern: Any, target: Any, shape: tuple, classes: int, ignore: int | No
         if target.dtype.kind not in "iu" or tuple(target.shape) != shape:
             raise ValueError(f"{op}: device target must be integers of shape {shape}, got "
                              f"{target.dtype} of shape {target.shape}")
-        return target
+        return target, (target,)
     host = np.asarray(target)
     if host.dtype.kind not in "iu":
         raise TypeError(f"{op}: target must be integer class indices, got dtype {host.dtype}")
@@ -231,16 +240,16 @@ def _labels(kern: Any, target: Any, shape: tuple, classes: int, ignore: int | No
     if bad >= 0 and ignore is not None and flat[bad] == ignore:
         raise _Ignored
     if bad >= 0:
-        where = np.unravel_index(bad, shape)
-        where = where[0] if len(shape) == 1 else tuple(int(i) for i in where)
-        raise ValueError(f"{op}: target[{where}] is class {flat[bad]}, outside "
-                         f"[0, {classes}) for logits of shape "
-                         f"{(shape[0], classes, *shape[1:])}")
+        raise ValueError(label_message(op, host, bad, classes, (shape[0], classes, *shape[1:])))
+    checked = host if host.dtype == np.int64 and (kern.name != "cpu" or host.flags.c_contiguous) \
+        else _as_int64(host)
+    if kernels._observer is not None:
+        _note_checked(checked, 0, classes)
     if kern.name == "cpu":
-        return host if host.dtype == np.int64 and host.flags.c_contiguous else _as_int64(host)
+        return checked, ()
     labels = buffers.take(kern, shape, np.int64)
-    kernels.call(kern, "upload", 0, host if host.dtype == np.int64 else _as_int64(host), labels)
-    return labels
+    kernels.call(kern, "upload", 0, checked, labels)
+    return labels, ()
 
 
 @kernels.host_copy
@@ -261,20 +270,27 @@ def _cross_entropy_composed(x: Tensor, target: Any, reduction: str, ignore: int,
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
     n, classes, rest = shape[0], shape[1], shape[2:]
     kern, dtype = x._kern, x._data.dtype
-    if kern.name != "cpu" and kern.is_device_array(target):   # values not read back
-        labels = _labels(kern, target, (n, *rest), classes)
+    if kern.name != "cpu" and kern.is_device_array(target):   # checked by gather's kernel
+        _labels(kern, target, (n, *rest), classes)
         valid = None
         index = target
     else:
         host = np.asarray(target)
         if isinstance(target, Tensor) or host.dtype.kind not in "iu":
             _labels(kern, target, (n, *rest), classes)   # raises, naming the problem
+        if host.dtype != np.int64 or not host.flags.c_contiguous:
+            host = _as_int64(host)    # (a copy ng.compile re-makes from the argument)
         valid = host != ignore
-        safe = np.where(valid, host, 0)
+        # with nothing ignored the labels are used as they are, so a compiled
+        # step reads each call's (and runs one that holds ignore_index eagerly)
+        everything = bool(valid.all())
+        safe = host if everything else np.where(valid, host, 0)
         _labels(kern, safe, (n, *rest), classes)          # shape and range, checked
+        if everything and kernels._observer is not None:
+            _note_checked(host, 0, classes, exclude=ignore)
         index = safe
     lp = reductions.log_softmax(x, axis=1)
-    picked = indexing.gather(lp, 1, index.reshape((n, 1) + rest))
+    picked = indexing._gather(lp, 1, index.reshape((n, 1) + rest), op)
     per = ew.neg(shape_ops.reshape(picked, (n,) + rest))
     if smoothing:
         smooth = ew.neg(reductions.mean(lp, axis=1))
@@ -404,6 +420,8 @@ def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
     kern, dtype = x._kern, x._data.dtype
     host = target if target.dtype == np.int64 and target.flags.c_contiguous \
         else _as_int64(target)
+    if kernels._observer is not None:
+        _note_checked(host, 0, classes, allow=int(ignore_index))
     if kern.name == "cpu":
         labels = host
     else:

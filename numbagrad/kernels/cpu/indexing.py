@@ -5,7 +5,10 @@ indices (``x[idx]``, ``gather``) with their scatter-add gradients.
 The index kernels see 3-D (pre, axis, post) views of any strides; the
 scatter-adds run serially in index order, the order of the CUDA kernels'
 per-destination loops, so both devices give the same bits. An index outside
-the axis (the ops check host indices first) reads as nan and adds nothing.
+the axis (the ops check host indices first, and ``ng.compile``'s replays
+check them again before any kernel: ``first_invalid``) reads as nan and adds
+nothing. ``index_error`` is the one wording of a bad index, for the
+host check and for the CUDA kernels' error flag alike.
 """
 from __future__ import annotations
 
@@ -24,6 +27,28 @@ def first_out_of_range(index, low, high):
         if index[i] < low or index[i] >= high:
             return i
     return -1
+
+
+@njit(cache=True, error_model="numpy")
+def first_invalid(index, low, high, exclude, allow):
+    """Whether any value of ``index`` (any shape and layout) is invalid: outside
+    [low, high) or equal to ``exclude``, unless it equals ``allow`` (pass
+    ``exclude=high`` and ``allow=low`` for a plain range). A replay's check."""
+    for v in index.flat:
+        if (v < low or v >= high or v == exclude) and v != allow:
+            return True
+    return False
+
+
+def index_error(op: str, index: np.ndarray, bad: int, low: int, high: int, axis: int,
+                note: str = "") -> IndexError:
+    """The IndexError for the flat element ``bad`` of host ``index`` lying
+    outside [low, high) on ``axis`` (of size ``high``): the op, the value, its
+    position and the valid range, then ``note``."""
+    where = tuple(int(i) for i in np.unravel_index(bad, index.shape))
+    return IndexError(f"{op}: index {index.reshape(-1)[bad]} is out of range for axis {axis} "
+                      f"of size {high} (at position {where}); valid indices lie in "
+                      f"[{low}, {high}){note}")
 
 
 @njit(error_model="numpy", inline="always")

@@ -189,6 +189,16 @@ def first_bad_label(labels, classes):
     return -1
 
 
+def label_message(op: str, labels: np.ndarray, bad: int, classes: int, logits: tuple) -> str:
+    """The wording of host ``labels``' flat element ``bad`` lying outside
+    [0, classes), for logits of shape ``logits`` (the host check and the CUDA
+    kernels' error flag alike)."""
+    where = np.unravel_index(bad, labels.shape)
+    where = where[0] if labels.ndim == 1 else tuple(int(i) for i in where)
+    return (f"{op}: target[{where}] is class {labels.reshape(-1)[bad]}, outside "
+            f"[0, {classes}) for logits of shape {logits}")
+
+
 @njit(cache=True, error_model="numpy")
 def cross_entropy3(logits, labels, loss_out, grad_out, scale):
     """``cross_entropy`` for logits (n, C, P) read in place (class stride P:

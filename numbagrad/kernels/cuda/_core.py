@@ -171,6 +171,29 @@ def sums() -> list:
     return _sums
 
 
+_flag: list = []   # [the index error flag], made once
+
+
+def index_flag() -> object:
+    """The one-element int32 device array that index-reading kernels set to 1
+    when an index lies outside their range (they skip it; a kernel cannot
+    raise). It stays 0 while nothing is wrong, so only a launcher asked to
+    check reads it back (``index_flag_raised``); made once."""
+    if not _flag:
+        _flag.append(from_host(np.zeros(1, np.int32)))
+    return _flag[0]
+
+
+def index_flag_raised() -> bool:
+    """Whether a kernel set the index flag since it was last read: one counted
+    4-byte copy (which waits for the kernel); a raised flag is cleared."""
+    flag = index_flag()
+    if to_host(flag)[0] == 0:
+        return False
+    upload(np.zeros(1, np.int32), flag)
+    return True
+
+
 def checked_code(kernel: str, code: int, count: int) -> int:
     """``code`` if it names one of the ``count`` ops of ``kernel``, else a
     ValueError (a device-side raise would not reach the host)."""

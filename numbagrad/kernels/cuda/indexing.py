@@ -5,13 +5,24 @@ names and signatures, one launch each.
 so one compiled kernel serves every rank up to 6. The scatter-adds run one
 thread per destination element looping over the indices in order, so they
 are deterministic and add in the CPU kernels' order (no atomics).
+
+The selecting kernels (``index_select``, ``gather`` and their N-d forms)
+range-check every index they read: one outside the range reads as nan and
+sets the shared error flag (``_core.index_flag``). Host indices were checked
+before upload, so their launches never read the flag; a launcher given the
+indices' ``source`` (a device array the host never saw) reads it back once
+and raises ``IndexError`` naming the op, the value, its position and the
+valid range. (The scatter-adds only compare indices: they never write
+outside ``dest``, and the forward has raised before they run.)
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import config, cuda, int64, types
+from numba import config, cuda, int32, int64, types
 
-from ._core import THREADS, Config, array_type, grid, kernel, launch
+from ..cpu.indexing import index_error
+from ._core import (THREADS, Config, array_type, grid, index_flag, index_flag_raised, kernel,
+                    launch, to_host)
 
 # what kernels.call may run (the rest are host helpers)
 
@@ -66,6 +77,7 @@ def _a3(dt):
 
 _I3 = array_type(int64, 3, "A")
 _I1 = array_type(int64, 1, "A")
+_FLAG = array_type(int32, 1)
 
 
 @cuda.jit(device=True)
@@ -125,9 +137,11 @@ def _place_nd_source(config: Config, dtype):
     return place_nd_kernel
 
 
-@kernel("index_select", lambda dt: (_a3(dt), _I1, _a3(dt)))
+@kernel("index_select", lambda dt: (_a3(dt), _I1, _a3(dt), int64, _FLAG))
 def _index_select_source(config: Config, dtype):
-    def index_select_kernel(x, index, out):
+    def index_select_kernel(x, index, out, low, flag):
+        # indices in [low, n), negative ones counting from the end (low is -n
+        # for NumPy's rules, 0 for embedding's); any other sets the flag
         n = x.shape[1]
         rows, cols = out.shape[1], out.shape[2]
         k = cuda.grid(1)
@@ -135,9 +149,13 @@ def _index_select_source(config: Config, dtype):
         while k < out.size:
             p, i, q = k // (rows * cols), (k // cols) % rows, k % cols
             r = index[i]
-            if r < 0:
-                r += n
-            out[p, i, q] = x[p, r, q] if 0 <= r < n else np.nan
+            if r < low or r >= n:
+                flag[0] = 1
+                out[p, i, q] = np.nan
+            else:
+                if r < 0:
+                    r += n
+                out[p, i, q] = x[p, r, q]
             k += stride
 
     return index_select_kernel
@@ -164,9 +182,9 @@ def _index_add_source(config: Config, dtype):
     return index_add_kernel
 
 
-@kernel("gather", lambda dt: (_a3(dt), _I3, _a3(dt)))
+@kernel("gather", lambda dt: (_a3(dt), _I3, _a3(dt), _FLAG))
 def _gather_source(config: Config, dtype):
-    def gather_kernel(x, index, out):
+    def gather_kernel(x, index, out, flag):
         n = x.shape[1]
         rows, cols = out.shape[1], out.shape[2]
         k = cuda.grid(1)
@@ -174,7 +192,11 @@ def _gather_source(config: Config, dtype):
         while k < out.size:
             p, i, q = k // (rows * cols), (k // cols) % rows, k % cols
             r = index[p, i, q]
-            out[p, i, q] = x[p, r, q] if 0 <= r < n else np.nan
+            if 0 <= r < n:
+                out[p, i, q] = x[p, r, q]
+            else:
+                flag[0] = 1
+                out[p, i, q] = np.nan
             k += stride
 
     return gather_kernel
@@ -198,9 +220,9 @@ def _scatter_add_source(config: Config, dtype):
     return scatter_add_kernel
 
 
-@kernel("index_select_nd", lambda dt: (_a6(dt), _I1, _a6(dt)))
+@kernel("index_select_nd", lambda dt: (_a6(dt), _I1, _a6(dt), int64, _FLAG))
 def _index_select_nd_source(config: Config, dtype):
-    def index_select_nd_kernel(x, index, out):
+    def index_select_nd_kernel(x, index, out, low, flag):
         n = x.shape[5]
         k = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -217,9 +239,13 @@ def _index_select_nd_source(config: Config, dtype):
             c1 = m % out.shape[1]
             c0 = m // out.shape[1]
             r = index[c5]
-            if r < 0:
-                r += n
-            out[c0, c1, c2, c3, c4, c5] = x[c0, c1, c2, c3, c4, r] if 0 <= r < n else np.nan
+            if r < low or r >= n:     # as index_select
+                flag[0] = 1
+                out[c0, c1, c2, c3, c4, c5] = np.nan
+            else:
+                if r < 0:
+                    r += n
+                out[c0, c1, c2, c3, c4, c5] = x[c0, c1, c2, c3, c4, r]
             k += stride
 
     return index_select_nd_kernel
@@ -272,9 +298,9 @@ def _index_add_nd_source(config: Config, dtype):
 _I6 = array_type(int64, RANK, "A")
 
 
-@kernel("gather_nd", lambda dt: (_a6(dt), _I6, _a6(dt)))
+@kernel("gather_nd", lambda dt: (_a6(dt), _I6, _a6(dt), _FLAG))
 def _gather_nd_source(config: Config, dtype):
-    def gather_nd_kernel(x, index, out):
+    def gather_nd_kernel(x, index, out, flag):
         n = x.shape[5]
         k = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -291,7 +317,11 @@ def _gather_nd_source(config: Config, dtype):
             c1 = m % out.shape[1]
             c0 = m // out.shape[1]
             r = index[c0, c1, c2, c3, c4, c5]
-            out[c0, c1, c2, c3, c4, c5] = x[c0, c1, c2, c3, c4, r] if 0 <= r < n else np.nan
+            if 0 <= r < n:
+                out[c0, c1, c2, c3, c4, c5] = x[c0, c1, c2, c3, c4, r]
+            else:
+                flag[0] = 1
+                out[c0, c1, c2, c3, c4, c5] = np.nan
             k += stride
 
     return gather_nd_kernel
@@ -343,10 +373,35 @@ def place_nd(x, out, start, step, fill, beta, whole) -> None:
                dt(beta), bool(whole))
 
 
-def index_select(x, index, out) -> None:
-    """See ``kernels.cpu.index_select``."""
+def _check(source, op: str, axis: int, low: int, high: int, launched: bool) -> None:
+    """Raise the IndexError of ``index_error`` when the device indices ``source``
+    hold a value outside [low, high): after a launch, when the kernel raised
+    the flag (one 4-byte read); with no launch (nothing to select), by
+    reading ``source`` itself. The indices are copied only to name the bad one."""
+    if launched and not index_flag_raised():
+        return
+    if source.size == 0:
+        return
+    host = to_host(source)
+    flat = host.reshape(-1)
+    bad = np.flatnonzero((flat < low) | (flat >= high))
+    if bad.size:
+        raise index_error(op, host, int(bad[0]), low, high, axis,
+                          " (device indices, checked by the kernel)")
+
+
+def index_select(x, index, out, source=None, op: str = "", axis: int = 0, low: int = 0
+                 ) -> None:
+    """See ``kernels.cpu.index_select``. With ``source`` (the device array
+    ``index`` views, unchecked on the host), indices outside [low, n) raise
+    IndexError naming ``op`` and ``axis``; without, the CPU kernel's rule
+    (negative ones count from the end) and no read back."""
+    n = x.shape[1]
     if out.size:
-        launch("index_select", out.dtype, grid(out.size), THREADS, x, index, out)
+        launch("index_select", out.dtype, grid(out.size), THREADS, x, index, out,
+               -n if source is None else int(low), index_flag())
+    if source is not None:
+        _check(source, op, axis, int(low), n, out.size > 0)
 
 
 def index_add(g, index, dest, beta) -> None:
@@ -356,10 +411,13 @@ def index_add(g, index, dest, beta) -> None:
                dest.dtype.type(beta))
 
 
-def gather(x, index, out) -> None:
-    """See ``kernels.cpu.gather``."""
+def gather(x, index, out, source=None, op: str = "", axis: int = 0) -> None:
+    """See ``kernels.cpu.gather``; with ``source``, as ``index_select``'s
+    (indices in [0, n))."""
     if out.size:
-        launch("gather", out.dtype, grid(out.size), THREADS, x, index, out)
+        launch("gather", out.dtype, grid(out.size), THREADS, x, index, out, index_flag())
+    if source is not None:
+        _check(source, op, axis, 0, x.shape[1], out.size > 0)
 
 
 def scatter_add(g, index, dest, beta) -> None:
@@ -375,11 +433,17 @@ def _check_rank(name: str, array) -> None:
                          f"{tuple(array.shape)}")
 
 
-def index_select_nd(x, index, out) -> None:
-    """See ``kernels.cpu.index_select_nd``; ranks up to 6."""
+def index_select_nd(x, index, out, source=None, op: str = "", axis: int = 0, low: int = 0
+                    ) -> None:
+    """See ``kernels.cpu.index_select_nd``; ranks up to 6; ``source`` as
+    ``index_select``'s."""
     _check_rank("index_select_nd", out)
+    n = x.shape[len(x.shape) - 1]
     if out.size:
-        launch("index_select_nd", out.dtype, grid(out.size), THREADS, _as6(x), index, _as6(out))
+        launch("index_select_nd", out.dtype, grid(out.size), THREADS, _as6(x), index, _as6(out),
+               -n if source is None else int(low), index_flag())
+    if source is not None:
+        _check(source, op, axis, int(low), n, out.size > 0)
 
 
 def index_add_nd(g, index, dest, start, step, axis, beta) -> None:
@@ -394,11 +458,14 @@ def index_add_nd(g, index, dest, start, step, axis, beta) -> None:
                *s, *t, int(axis) + pad, dest.dtype.type(beta))
 
 
-def gather_nd(x, index, out) -> None:
-    """See ``kernels.cpu.gather_nd``; ranks up to 6."""
+def gather_nd(x, index, out, source=None, op: str = "", axis: int = 0) -> None:
+    """See ``kernels.cpu.gather_nd``; ranks up to 6; ``source`` as ``gather``'s."""
     _check_rank("gather_nd", out)
     if out.size:
-        launch("gather_nd", out.dtype, grid(out.size), THREADS, _as6(x), _as6(index), _as6(out))
+        launch("gather_nd", out.dtype, grid(out.size), THREADS, _as6(x), _as6(index), _as6(out),
+               index_flag())
+    if source is not None:
+        _check(source, op, axis, 0, x.shape[len(x.shape) - 1], out.size > 0)
 
 
 def scatter_add_nd(g, index, dest, beta) -> None:

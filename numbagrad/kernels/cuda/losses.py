@@ -3,16 +3,25 @@
 Each thread accumulates its share of the loss, a shared-memory tree adds a
 block's shares, and the last block to finish adds the block partials: one
 launch, no pre-zeroed output, deterministic for a fixed grid.
+
+The cross-entropy kernels range-check every label: one outside [0, C) adds
+nan to the loss, leaves its gradient row the softmax and sets the shared
+error flag (``_core.index_flag``) instead of reading and writing outside the
+row. Host labels were checked before upload; a launcher given the labels'
+``source`` (device labels the host never saw) reads the flag back once and
+raises ``IndexError`` naming the op, the label, its position and the range.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import cuda, float64, int32, int64
 
 from .. import scalar
-from ._core import (THREADS, Config, array_type, block_total, checked_code, flat, grid, kernel,
-                    launch, sums)
+from ..cpu.losses import label_message
+from ._core import (THREADS, Config, array_type, block_total, checked_code, flat, grid,
+                    index_flag, index_flag_raised, kernel, launch, sums, to_host)
 
 _term = cuda.jit(device=True)(scalar.pointwise_loss)
 _term_grad = cuda.jit(device=True)(scalar.pointwise_loss_grad)
@@ -68,11 +77,12 @@ def _pointwise_source(config: Config, dtype):
 
 
 @kernel("cross_entropy", lambda dt: (array_type(dt, 2), array_type(int64, 1), array_type(dt, 0),
-                                     array_type(dt, 2), float64, *_scratch_types()))
+                                     array_type(dt, 2), float64, *_scratch_types(),
+                                     array_type(int32, 1)))
 def _cross_entropy_source(config: Config, dtype):
     threads = config.threads
 
-    def cross_entropy_kernel(logits, labels, loss_out, grad, scale, partial, counter):
+    def cross_entropy_kernel(logits, labels, loss_out, grad, scale, partial, counter, flag):
         # One thread per row: its max, log-sum-exp, loss term and gradient row.
         cache = cuda.shared.array(threads, float64)
         n, classes = logits.shape
@@ -89,11 +99,17 @@ def _cross_entropy_source(config: Config, dtype):
                 grad[i, c] = e
                 acc += e
             label = labels[i]
-            total += peak + math.log(acc) - logits[i, label]
+            inside = 0 <= label < classes
+            if inside:
+                total += peak + math.log(acc) - logits[i, label]
+            else:
+                flag[0] = 1
+                total += math.nan
             inv = scale / acc
             for c in range(classes):
                 grad[i, c] *= inv
-            grad[i, label] -= scale
+            if inside:
+                grad[i, label] -= scale
             i += stride
         last, grand = block_total(cache, total, partial, counter)
         if last:
@@ -104,11 +120,11 @@ def _cross_entropy_source(config: Config, dtype):
 
 @kernel("cross_entropy3", lambda dt: (array_type(dt, 3, "A"), array_type(int64, 1),
                                       array_type(dt, 0), array_type(dt, 3), float64,
-                                      *_scratch_types()))
+                                      *_scratch_types(), array_type(int32, 1)))
 def _cross_entropy3_source(config: Config, dtype):
     threads = config.threads
 
-    def cross_entropy3_kernel(logits, labels, loss_out, grad, scale, partial, counter):
+    def cross_entropy3_kernel(logits, labels, loss_out, grad, scale, partial, counter, flag):
         # One thread per (sample, position) row r = i * P + q, classes at stride P.
         cache = cuda.shared.array(threads, float64)
         n, classes, positions = logits.shape
@@ -126,11 +142,17 @@ def _cross_entropy3_source(config: Config, dtype):
                 grad[i, c, q] = e
                 acc += e
             label = labels[r]
-            total += peak + math.log(acc) - logits[i, label, q]
+            inside = 0 <= label < classes
+            if inside:
+                total += peak + math.log(acc) - logits[i, label, q]
+            else:
+                flag[0] = 1
+                total += math.nan
             inv = scale / acc
             for c in range(classes):
                 grad[i, c, q] *= inv
-            grad[i, label, q] -= scale
+            if inside:
+                grad[i, label, q] -= scale
             r += stride
         last, grand = block_total(cache, total, partial, counter)
         if last:
@@ -153,13 +175,35 @@ def pointwise_loss(code, pred, target, loss_out, grad_out, scale) -> None:
            flat(pred), flat(target), loss_out, flat(grad_out), float(scale), *sums())
 
 
-def cross_entropy(logits, labels, loss_out, grad_out, scale) -> None:
-    """See ``kernels.cpu.cross_entropy``."""
+def _check_labels(source, classes: int, logits: tuple) -> None:
+    """Raise IndexError when the kernel flagged a label of the device labels
+    ``source`` outside [0, classes) (one 4-byte read; the labels are copied
+    only to name the bad one)."""
+    if not index_flag_raised():
+        return
+    host = to_host(source)
+    bad = np.flatnonzero((host.reshape(-1) < 0) | (host.reshape(-1) >= classes))
+    if bad.size:
+        raise IndexError(label_message("cross_entropy", host, int(bad[0]), classes, logits)
+                         + " (device labels, checked by the kernel; ignore_index is not "
+                         "applied to them)")
+
+
+def cross_entropy(logits, labels, loss_out, grad_out, scale, source=None) -> None:
+    """See ``kernels.cpu.cross_entropy``. With ``source`` (the device labels
+    ``labels`` views, unchecked on the host), a label outside [0, C) raises
+    IndexError after the launch."""
     launch("cross_entropy", logits.dtype, grid(logits.shape[0]), THREADS,
-           logits, labels, loss_out, grad_out, float(scale), *sums())
+           logits, labels, loss_out, grad_out, float(scale), *sums(), index_flag())
+    if source is not None:
+        _check_labels(source, logits.shape[1], tuple(logits.shape))
 
 
-def cross_entropy3(logits, labels, loss_out, grad_out, scale) -> None:
-    """See ``kernels.cpu.cross_entropy3``: one thread per (sample, position)."""
+def cross_entropy3(logits, labels, loss_out, grad_out, scale, source=None) -> None:
+    """See ``kernels.cpu.cross_entropy3``: one thread per (sample, position);
+    ``source`` (of shape (N, d1, ...)) as ``cross_entropy``'s."""
     launch("cross_entropy3", logits.dtype, grid(logits.shape[0] * logits.shape[2]), THREADS,
-           logits, labels, loss_out, grad_out, float(scale), *sums())
+           logits, labels, loss_out, grad_out, float(scale), *sums(), index_flag())
+    if source is not None:
+        n, classes = logits.shape[0], logits.shape[1]
+        _check_labels(source, classes, (n, classes, *tuple(source.shape)[1:]))
