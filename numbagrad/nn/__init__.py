@@ -65,10 +65,7 @@ def _settled(called: dict) -> tuple:
 
 def _still(watch: tuple) -> bool:
     """Whether every module of ``_settled``'s answer is in the state it had."""
-    for m, t, v in watch:
-        if m.training != t or m.__dict__.get("_version", 0) != v:
-            return False
-    return True
+    return all(_state(m) == (t, v) for m, t, v in watch)
 
 
 class Module:
