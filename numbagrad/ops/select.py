@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
-from ..kernels.cpu.select import EQ, GE, GT, LE, LT, NE, RANK
+from ..kernels.cpu.masks import EQ, GE, GT, LE, LT, NE, RANK
 from ..tape import Node, _Backward
 from ..tensor import _FLOATS, Tensor
 from ._common import (broadcast_shape, contiguous, describe, is_scalar, ones, operand, pair,

@@ -30,7 +30,7 @@ from .matmul import bgemm, bgemm_mt, gemm, gemm_mt, linear, linear_mt  # noqa: F
 from .indexing import gather, index_add, index_select, place_nd, scatter_add  # noqa: F401
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
-from .select import astype, compare, where, where_backward  # noqa: F401
+from .masks import astype, compare, where, where_backward  # noqa: F401
 from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
 from .. import NAMES as _NAMES
 from .. import split as _split

@@ -19,6 +19,8 @@ one-row-per-thread functions the CUDA kernels compile.
 """
 from __future__ import annotations
 
+__all__ = ["attention", "attention_backward"]   # the kernels this module registers
+
 import math
 
 import numpy as np

@@ -2,6 +2,8 @@
 flat arrays, PyTorch's min(max(x, lo), hi) and its gradient mask."""
 from __future__ import annotations
 
+__all__ = ["clamp", "clamp_backward"]   # the kernels this module registers
+
 from numba import njit
 
 

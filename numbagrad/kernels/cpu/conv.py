@@ -9,6 +9,10 @@ both devices add in the same order. Sums run in float64.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
+           "avg_pool2d_backward", "col2im", "im2col", "max_pool2d", "max_pool2d_backward"]
+
 import numpy as np
 from numba import njit, uint64
 

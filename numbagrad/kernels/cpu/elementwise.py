@@ -15,6 +15,10 @@ are rounded to the arrays' dtype first, so float32 work stays float32.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["axpby", "binary", "binary_backward", "fill", "scaled_add", "sum_to", "unary",
+           "unary_backward"]
+
 import numpy as np
 from numba import njit, prange
 

@@ -12,6 +12,10 @@ host check and for the CUDA kernels' error flag alike.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["gather", "gather_nd", "index_add", "index_add_nd", "index_select", "index_select_nd",
+           "place_nd", "scatter_add", "scatter_add_nd"]
+
 import numpy as np
 from numba import njit
 

@@ -4,6 +4,8 @@ so that ``concatenate`` and ``stack`` of up to eight inputs are one kernel
 call (one CUDA launch)."""
 from __future__ import annotations
 
+__all__ = ["concat"]   # the kernels this module registers
+
 from numba import njit
 
 SLOTS = 8

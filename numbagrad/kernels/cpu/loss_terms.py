@@ -4,6 +4,9 @@ negative log-likelihood of integer targets; each either per element (the
 "none" reduction) or summed in float64 and scaled, and its backward."""
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["loss_terms", "loss_terms_backward", "nll", "nll_backward"]
+
 from numba import njit
 
 from .. import scalar

@@ -5,6 +5,8 @@ symbol so that the compiled kernels still cache.
 """
 from __future__ import annotations
 
+__all__ = ["bgemm", "gemm", "linear"]   # the kernels this module registers
+
 import ctypes
 
 import llvmlite.binding as ll

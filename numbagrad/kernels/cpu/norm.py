@@ -10,6 +10,9 @@ Statistics and sums run in float64 (mean and rstd are saved in float64).
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["batch_norm", "batch_norm_backward", "group_norm", "group_norm_backward"]
+
 import math
 
 import numpy as np

@@ -12,6 +12,9 @@ CUDA kernels (``kernels/cuda/random.py``) share it via ``generator``.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["dropout", "dropout_backward", "embedding_backward"]
+
 import numpy as np
 from numba import njit
 

@@ -5,6 +5,10 @@ one lane x[o, :, i] at a time with the bodies in ``kernels.elements``
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["cumsum", "extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
+           "variance_backward"]
+
 from numba import njit
 
 from .. import elements

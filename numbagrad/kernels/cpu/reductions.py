@@ -6,6 +6,9 @@ serial kernels' bits.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["softmax", "softmax3", "softmax3_backward", "softmax_backward"]
+
 import math
 
 from numba import njit, prange

@@ -12,6 +12,10 @@ kernels, which most ops reach, have theirs).
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["binary_nd", "binary_nd_backward", "expand_nd", "sum_to_nd", "unary_nd",
+           "unary_nd_backward"]
+
 import numpy as np
 from numba import njit
 

@@ -31,7 +31,7 @@ from .indexing import (as_strided, gather, index_add, index_select,  # noqa: F40
 from .optim import *  # noqa: F403  (every name in optim.__all__)
 from .strided import expand_nd, sum_to_nd  # noqa: F401
 from .reductions import softmax, softmax_backward
-from .select import astype, compare, where, where_backward  # noqa: F401
+from .masks import astype, compare, where, where_backward  # noqa: F401
 
 name = "cuda"
 

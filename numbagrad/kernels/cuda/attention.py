@@ -8,6 +8,8 @@ the last block to take a ticket advances it, after every block has read it.
 """
 from __future__ import annotations
 
+__all__ = ["attention", "attention_backward"]   # the kernels this module registers
+
 import numpy as np
 from numba import cuda, float64, int64, types, uint64
 

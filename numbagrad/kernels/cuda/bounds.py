@@ -1,6 +1,8 @@
 """CUDA kernels of ``clamp`` with both bounds (see ``kernels.cpu.bounds``)."""
 from __future__ import annotations
 
+__all__ = ["clamp", "clamp_backward"]   # the kernels this module registers
+
 from numba import cuda, float64
 
 from ._core import THREADS, Config, array_type, grid, kernel, launch

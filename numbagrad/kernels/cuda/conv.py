@@ -5,6 +5,10 @@ CPU kernels add them (no atomics), summing in float64 as they do.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
+           "avg_pool2d_backward", "col2im", "im2col", "max_pool2d", "max_pool2d_backward"]
+
 import math
 
 from numba import cuda, int64, types

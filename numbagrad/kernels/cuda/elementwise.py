@@ -6,6 +6,10 @@ sum a broadcast operand's gradient with one thread per destination element
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["axpby", "binary", "binary_backward", "fill", "scaled_add", "sum_to", "unary",
+           "unary_backward"]
+
 from numba import cuda, float64, int32, int64, types
 
 from .. import elements, scalar

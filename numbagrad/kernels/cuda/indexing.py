@@ -17,6 +17,10 @@ outside ``dest``, and the forward has raised before they run.)
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["gather", "gather_nd", "index_add", "index_add_nd", "index_select", "index_select_nd",
+           "place_nd", "scatter_add", "scatter_add_nd"]
+
 import numpy as np
 from numba import config, cuda, int32, int64, types
 

@@ -2,6 +2,8 @@
 pieces, one thread per output element, each reading its piece's element."""
 from __future__ import annotations
 
+__all__ = ["concat"]   # the kernels this module registers
+
 from numba import cuda, int64
 
 from ._core import THREADS, Config, array_type, grid, kernel, launch

@@ -4,6 +4,9 @@ reduced nll runs in one block (its sum and count added by a shared-memory
 tree), deterministic either way."""
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["loss_terms", "loss_terms_backward", "nll", "nll_backward"]
+
 from numba import cuda, float64, int32, int64, types
 
 from .. import scalar

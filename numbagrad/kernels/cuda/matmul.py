@@ -1,6 +1,8 @@
 """CUDA matrix products: a tiled shared-memory GEMM."""
 from __future__ import annotations
 
+__all__ = ["bgemm", "gemm", "linear"]   # the kernels this module registers
+
 from numba import cuda, int64, types
 
 from .. import scalar

@@ -5,6 +5,9 @@ so both devices add in the same order; no atomics.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["batch_norm", "batch_norm_backward", "group_norm", "group_norm_backward"]
+
 from numba import cuda, float64, int64, types
 
 from ..cpu.norm import (batch_norm_channel, batch_norm_channel_backward, group_norm_param_backward,

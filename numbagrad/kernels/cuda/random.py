@@ -11,6 +11,9 @@ destination element looping over the indices in order (no atomics), as
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["dropout", "dropout_backward", "embedding_backward"]
+
 import numpy as np
 from numba import cuda, float64, int64, uint64
 

@@ -3,6 +3,10 @@ thread per lane x[o, :, i] of an (outer, n, inner) view, the lane bodies
 shared with the CPU in ``kernels.elements``; one launch per call."""
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["cumsum", "extrema", "extrema_backward", "logsumexp", "logsumexp_backward", "variance",
+           "variance_backward"]
+
 from numba import cuda, float64, int64, types
 
 from .. import elements

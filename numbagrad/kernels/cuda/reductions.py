@@ -1,6 +1,9 @@
 """CUDA softmax kernels: one thread per slice along the axis."""
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["softmax", "softmax3", "softmax3_backward", "softmax_backward"]
+
 import math
 
 from numba import cuda, float64, int64, types

@@ -5,6 +5,10 @@ elementwise ones at ``MAX_RANK`` only, their operands padded with size-1 dims.
 """
 from __future__ import annotations
 
+# the kernels this module registers
+__all__ = ["binary_nd", "binary_nd_backward", "expand_nd", "sum_to_nd", "unary_nd",
+           "unary_nd_backward"]
+
 from numba import cuda, float64, int64, types
 
 from .. import scalar

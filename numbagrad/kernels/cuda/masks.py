@@ -8,9 +8,11 @@ kernel's order), one launch per call.
 """
 from __future__ import annotations
 
+__all__ = ["astype", "compare", "where", "where_backward"]   # the kernels this module registers
+
 from numba import cuda, float64, int64, types
 
-from ..cpu.select import N_COMPARE, RANK, compare_scalar, joined, offset
+from ..cpu.masks import N_COMPARE, RANK, compare_scalar, joined, offset
 from ._core import THREADS, Config, array_type, checked_code, flat, grid, kernel, launch
 
 _compare = cuda.jit(device=True)(compare_scalar)

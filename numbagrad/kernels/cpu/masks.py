@@ -6,9 +6,11 @@ broadcast along it. ``offset`` maps an output element to an input's, and
 ``joined`` an (unbroadcast, broadcast) pair of counters to an output
 element, so ``where``'s gradient is summed one destination element at a
 time, in the same order on both devices. The plain-Python helpers here are
-jitted by ``kernels/cuda/select.py`` too.
+jitted by ``kernels/cuda/masks.py`` too.
 """
 from __future__ import annotations
+
+__all__ = ["astype", "compare", "where", "where_backward"]   # the kernels this module registers
 
 from numba import njit
 
