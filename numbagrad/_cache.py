@@ -17,10 +17,22 @@ compiled again and cached anew. The guard wraps two methods of Numba's
 ``IndexDataCacheFile``, so it covers every ``cache=True`` function of the
 process (numbagrad's kernels, ng.compile's steps, the user's own); it is
 installed only where that class looks as expected, else Numba is left as is.
+
+And it makes a kernel's cache follow the files it calls into
+(``stamp_numba_cache``): Numba checks a cached function against its own
+source file only, so an edit to a formula record in ``kernels/scalar.py``
+(whose dispatch ladders the kernels compile in) left every kernel of
+``kernels/cpu/elementwise.py`` running its old code. For the package's own
+files the stamp Numba compares also covers every numbagrad module the file
+imports, transitively, so such an edit recompiles exactly the kernels that
+can see it.
 """
 from __future__ import annotations
 
+import ast
 import atexit
+import functools
+import hashlib
 import inspect
 import os
 import shutil
@@ -34,8 +46,8 @@ from numba.core import caching
 from numba.core.caching import FunctionCache
 
 # a file in the folder whose __pycache__ Numba would use for the kernels
-_KERNEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "cpu",
-                            "__init__.py")
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_KERNEL_FILE = os.path.join(_PACKAGE, "kernels", "cpu", "__init__.py")
 _private: dict[str, str] = {}
 
 
@@ -209,5 +221,116 @@ def guard_numba_cache() -> bool:
     return True
 
 
+def _module_file(package_dir: str, dotted: str) -> str | None:
+    """The file of module ``dotted`` (relative to ``package_dir``), if there is one."""
+    base = os.path.join(package_dir, *dotted.split(".")) if dotted else package_dir
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _relative_imports(path: str) -> set[str]:
+    """The numbagrad kernel files ``path`` imports relatively at its top level
+    (``from .x import y``, ``from .. import scalar``: a name that is a module
+    counts as its file), leaving out package ``__init__.py`` files (device
+    tables and plumbing, never code a kernel compiles in) and imports inside
+    functions."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    found = set()
+    for node in tree.body:
+        if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            continue
+        here = os.path.dirname(path)
+        for _ in range(node.level - 1):
+            here = os.path.dirname(here)
+        if not here.startswith(_PACKAGE):
+            continue
+        own = _module_file(here, node.module or "")
+        for alias in node.names:     # from .. import scalar: the module scalar
+            sub = _module_file(here, f"{node.module}.{alias.name}" if node.module
+                               else alias.name)
+            found.add(sub if sub is not None else own)   # else a name defined in ``own``
+    return {f for f in found if f is not None and f != path
+            and os.path.basename(f) != "__init__.py"}
+
+
+@functools.lru_cache(maxsize=None)
+def _dependency_stamp(path: str, stamps: tuple) -> str:
+    """sha256 over the contents of every numbagrad file ``path`` imports,
+    transitively (``stamps``: their (path, mtime, size), the memo's key)."""
+    digest = hashlib.sha256()
+    for file, _, _ in stamps:
+        with open(file, "rb") as f:
+            name = os.path.relpath(file, _PACKAGE).encode()   # a copied tree keeps its stamps
+            digest.update(name + b"\0" + hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def dependency_stamp(path: str) -> str | None:
+    """What changes whenever a numbagrad kernel file that ``path`` (a numbagrad
+    source file) imports, directly or not, changes (``_relative_imports``);
+    None outside the package."""
+    path = os.path.abspath(path)
+    if not path.startswith(_PACKAGE + os.sep):
+        return None
+    seen: set[str] = set()
+    todo = [path]
+    while todo:
+        file = todo.pop()
+        for dep in _relative_imports(file):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    seen.discard(path)
+    stamps = []
+    for file in sorted(seen):
+        st = os.stat(file)
+        stamps.append((file, st.st_mtime, st.st_size))
+    return _dependency_stamp(path, tuple(stamps))
+
+
+def _stamped(original: Callable) -> Callable:
+    def get_source_stamp(self: Any) -> Any:
+        """Numba's source stamp, with the stamp of the numbagrad files this
+        function's file imports (see the module docstring)."""
+        stamp = original(self)
+        path = getattr(self, "_py_file", None)
+        try:
+            extra = dependency_stamp(path) if isinstance(path, str) else None
+        except OSError:
+            extra = None
+        return stamp if extra is None else (stamp, extra)
+    get_source_stamp.__wrapped__ = original         # type: ignore[attr-defined]
+    get_source_stamp._numbagrad_stamp = True        # type: ignore[attr-defined]
+    return get_source_stamp
+
+
+def stamp_numba_cache() -> bool:
+    """Make Numba's source stamp of a numbagrad file cover the numbagrad files
+    it imports (wrapping ``_SourceFileBackedLocatorMixin.get_source_stamp``)
+    when that class is as expected; otherwise change nothing (an edit to a
+    formula then needs ``numbagrad/kernels/cpu/__pycache__`` cleared). True
+    when installed."""
+    mixin = getattr(caching, "_SourceFileBackedLocatorMixin", None)
+    method = getattr(mixin, "get_source_stamp", None)
+    if method is None:
+        return False
+    if getattr(method, "_numbagrad_stamp", False):
+        return True
+    try:
+        if list(inspect.signature(method).parameters) != ["self"]:
+            return False
+    except (TypeError, ValueError):
+        return False
+    mixin.get_source_stamp = _stamped(method)
+    return True
+
+
 ensure_numba_cache()
 numba_cache_guarded = guard_numba_cache()
+numba_cache_stamped = stamp_numba_cache()

@@ -1,92 +1,450 @@
 """Per-element math shared by every device: plain Python, compiled per device.
 
-``kernels/cpu`` wraps these with ``njit`` and ``kernels/cuda`` with
-``cuda.jit(device=True)``, so an op's formula and its derivative are written
-once. ``code`` picks the op (the constants below, frozen into the compiled
+One record per elementwise code (``UNARY``, ``BINARY``) holds its formula,
+its derivative and what the rest of the package needs to know of it; the
+code's constant, ``N_UNARY``, the CPU's cheap set, linear's activations and
+epilogue, and each device's dispatch over the codes (``dispatchers``) are
+derived from the records. ``kernels/cpu`` compiles them with ``njit`` and
+``kernels/cuda`` with ``cuda.jit(device=True)``, so an op's formula and its
+derivative are written once. ``code`` picks the op (frozen into the compiled
 kernels), ``p`` is its scalar parameter (a slope, an exponent, a constant).
 The bodies of the loops built on them (a broadcast gradient's sum, a softmax
 lane, an Adam element) are shared the same way, in ``elements``.
 
 Gradients that do not depend on ``x`` are constants, never forms like
 ``x * 0 + 1``: those are nan at x = +-inf and nan, where PyTorch's gradient
-is the constant (d(x + c)/dx = 1 at x = inf). Numba types every branch's
-result as float64 either way, so finite inputs give the same bits.
+is the constant (d(x + c)/dx = 1 at x = inf). Numba types a dispatcher's
+result as float64 (its branches' common type), so finite inputs give the
+same bits either way.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from . import dispatch
+
+
+_SOFTPLUS_THRESHOLD = 20.0
+_SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
+_INV_SQRT_2PI = 0.3989422804014327     # 1 / sqrt(2 pi)
+_SQRT_2_PI = 0.7978845608028654        # sqrt(2 / pi)
+_KAPPA = 0.044715
+_BCE_EPS = 9.999999960041972e-13       # PyTorch's EPSILON, 1e-12 as a float32
+
+
+# ------------------------------------------------------------ unary formulas
+# One forward f(x, p) and one derivative f'(x, y, p) per code (y = f(x, p),
+# the output, which some derivatives read instead of recomputing). They
+# stay plain arithmetic and ``math`` calls: each device compiles them.
+def _one(x, y, p):
+    return 1.0
+
+
+def _minus_one(x, y, p):
+    return -1.0
+
+
+def _ident(x, p):
+    return x
+
+
+def _neg(x, p):
+    return -x
+
+
+def _relu(x, p):
+    return x if not x <= 0 else 0.0   # nan stays nan, -inf gives 0 (PyTorch)
+
+
+def _relu_grad(x, y, p):
+    return 0.0 if x <= 0 else 1.0
+
+
+def _leaky_relu(x, p):
+    return x if x > 0 else x * p
+
+
+def _leaky_relu_grad(x, y, p):
+    return 1.0 if x > 0 else p
+
+
+def _tanh(x, p):
+    return math.tanh(x)
+
+
+def _tanh_grad(x, y, p):
+    return 1 - y * y
+
+
+def _sigmoid(x, p):
+    if x >= 0:
+        return 1 / (1 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1 + e)
+
+
+def _sigmoid_grad(x, y, p):
+    return y * (1 - y)
+
+
+def _exp(x, p):
+    return math.exp(x)
+
+
+def _exp_grad(x, y, p):
+    return y
+
+
+def _log(x, p):
+    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+def _log_grad(x, y, p):
+    return 1 / x
+
+
+def _sqrt(x, p):
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def _sqrt_grad(x, y, p):
+    return 0.5 / y
+
+
+def _pow(x, p):
+    return x ** p
+
+
+def _pow_grad(x, y, p):
+    return 0.0 if p == 0 else p * x ** (p - 1)
+
+
+def _add_s(x, p):
+    return x + p
+
+
+def _mul_s(x, p):
+    return x * p
+
+
+def _mul_s_grad(x, y, p):
+    return p
+
+
+def _rsub_s(x, p):
+    return p - x
+
+
+def _div_s(x, p):
+    return x / p
+
+
+def _div_s_grad(x, y, p):
+    return 1 / p
+
+
+def _rdiv_s(x, p):
+    return p / x
+
+
+def _rdiv_s_grad(x, y, p):
+    return -p / (x * x)
+
+
+def _gelu(x, p):     # PyTorch's order of operations
+    return x * 0.5 * (1 + math.erf(x * _SQRT1_2))
+
+
+def _gelu_grad(x, y, p):
+    return 0.5 * (1 + math.erf(x * _SQRT1_2)) + x * (math.exp(-0.5 * x * x) * _INV_SQRT_2PI)
+
+
+def _gelu_tanh(x, p):
+    return 0.5 * x * (1 + math.tanh(_SQRT_2_PI * (x + _KAPPA * x * x * x)))
+
+
+def _gelu_tanh_grad(x, y, p):
+    t = math.tanh(_SQRT_2_PI * (x + _KAPPA * x * x * x))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * (_SQRT_2_PI * (1 + 3 * _KAPPA * x * x))
+
+
+def _silu(x, p):     # PyTorch's x / (1 + exp(-x)), without overflowing exp for x < 0
+    if x >= 0:
+        return x / (1 + math.exp(-x))
+    e = math.exp(x)
+    return x * e / (1 + e)
+
+
+def _silu_grad(x, y, p):
+    if x >= 0:
+        s = 1 / (1 + math.exp(-x))
+    else:
+        e = math.exp(x)
+        s = e / (1 + e)
+    return s * (1 + x * (1 - s))
+
+
+def _softplus(x, p):   # p: the threshold (beta 1)
+    return x if x > p else math.log1p(math.exp(x))
+
+
+def _softplus_grad(x, y, p):
+    if x > p:
+        return 1.0
+    z = math.exp(x)
+    return z / (z + 1)
+
+
+def _abs(x, p):
+    return abs(x)
+
+
+def _abs_grad(x, y, p):   # 0 at 0 (PyTorch's sign)
+    return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
+
+
+def _clamp_min(x, p):     # nan stays nan; a nan bound gives nan
+    return p if x < p or p != p else x
+
+
+def _clamp_min_grad(x, y, p):
+    return 1.0 if x >= p else 0.0
+
+
+def _clamp_max(x, p):
+    return p if x > p or p != p else x
+
+
+def _clamp_max_grad(x, y, p):
+    return 1.0 if x <= p else 0.0
+
+
+def _softplus_beta(x, p):   # p: beta (threshold 20, PyTorch's default)
+    return x if x * p > _SOFTPLUS_THRESHOLD else math.log1p(math.exp(x * p)) / p
+
+
+def _softplus_beta_grad(x, y, p):
+    if x * p > _SOFTPLUS_THRESHOLD:
+        return 1.0
+    z = math.exp(x * p)
+    return z / (z + 1)
+
+
+def _rpow_s(x, p):   # p ** x; 0 ** x spelled out: the simulator's NumPy warns at 0 ** -1
+    if p == 0 and x == x:
+        return 0.0 if x > 0 else (1.0 if x == 0 else math.inf)
+    return p ** x
+
+
+def _rpow_s_grad(x, y, p):   # y log(p); 0 where p == 0 and x >= 0, as PyTorch
+    if p == 0:
+        return 0.0 if x >= 0 else y * -math.inf   # inf, or nan at nan
+    return y * math.log(p) if p > 0 else math.nan
 
 
 @dataclass(frozen=True)
 class UnaryCode:
-    """What the rest of the package needs to know of one unary code, beside
-    its formula and derivative in ``unary``/``unary_grad`` below.
+    """One unary code: everything the package knows of it, in one place.
 
-    ``name``: the op's name (``linear``'s ``activation=`` for a fused one).
-    ``cheap``: as cheap as a copy per element (no libm call, no polynomial),
-    so the CPU threads it only from ``MT_MIN_MEMORY`` elements.
-    ``grad_from_output``: ``unary_grad(code, y, y, p)`` is the derivative,
-    the output read in place of the input (relu, tanh, sigmoid, ...).
-    ``fuse``: ``linear(..., activation=name)`` applies it: in the GEMM's
-    epilogue when its gradient comes from the output, else (the GEMM writes
-    the pre-activation, which the backward needs) in one unary pass after.
+    ``name``: the op's name (``linear``'s ``activation=`` for a fused one;
+    ``NAME.upper()`` is the code's constant here). ``forward(x, p)`` and
+    ``grad(x, y, p)``: its formula and derivative (y the output). ``cheap``:
+    as cheap as a copy per element (no libm call, no polynomial), so the
+    CPU threads it only from ``MT_MIN_MEMORY`` elements (memory-bound).
+    ``grad_from_output``: ``grad(y, y, p)`` is the derivative, the output
+    read in place of the input (relu, tanh, sigmoid, ...): what the gradient
+    needs is y alone. ``fast32``: float32 arrays use a vectorisable form on
+    the CPU, ``fast_<name>(x, p)`` and ``fast_<name>_grad(x, y, p)`` of
+    ``kernels/cpu/vmath.py``. ``fuse``: ``linear(..., activation=name)``
+    applies it, in the GEMM's epilogue when its gradient comes from the
+    output, else (the GEMM writes the pre-activation, which the backward
+    needs) in one unary pass after.
     """
 
     name: str
+    forward: Callable
+    grad: Callable
     cheap: bool = False
     grad_from_output: bool = False
+    fast32: bool = False
     fuse: bool = False
 
 
-# Unary codes, y = f(x, p): one record each, in code order. SOFTPLUS's p is
-# its threshold (beta 1), SOFTPLUS_BETA's its beta (threshold 20, PyTorch's
-# default), clamp's its bound.
+# Unary codes, y = f(x, p): one record each, the code its position. Adding a
+# code is its record here (and its formulas above) plus the op's row in
+# ``ops/table.py``: everything else follows (docs/adding_an_op.md).
 UNARY = (
-    UnaryCode("ident", cheap=True, grad_from_output=True),
-    UnaryCode("neg", cheap=True),
-    UnaryCode("relu", cheap=True, grad_from_output=True, fuse=True),
-    UnaryCode("leaky_relu", cheap=True, grad_from_output=True, fuse=True),  # p >= 0
-    UnaryCode("tanh", grad_from_output=True, fuse=True),
-    UnaryCode("sigmoid", grad_from_output=True, fuse=True),
-    UnaryCode("exp"),
-    UnaryCode("log"),
-    UnaryCode("sqrt"),
-    UnaryCode("pow"),
-    UnaryCode("add_s", cheap=True),
-    UnaryCode("mul_s", cheap=True),
-    UnaryCode("rsub_s", cheap=True),
-    UnaryCode("div_s", cheap=True),
-    UnaryCode("rdiv_s", cheap=True),
-    UnaryCode("gelu", fuse=True),
-    UnaryCode("gelu_tanh"),
-    UnaryCode("silu", fuse=True),
-    UnaryCode("softplus"),
-    UnaryCode("abs", cheap=True),
-    UnaryCode("clamp_min", cheap=True),
-    UnaryCode("clamp_max", cheap=True),
-    UnaryCode("softplus_beta"),
-    UnaryCode("rpow_s"),     # p ** x: a Python number raised to a tensor
+    UnaryCode("ident", _ident, _one, cheap=True, grad_from_output=True),
+    UnaryCode("neg", _neg, _minus_one, cheap=True),
+    UnaryCode("relu", _relu, _relu_grad, cheap=True, grad_from_output=True, fuse=True),
+    UnaryCode("leaky_relu", _leaky_relu, _leaky_relu_grad, cheap=True,   # p >= 0
+              grad_from_output=True, fuse=True),
+    UnaryCode("tanh", _tanh, _tanh_grad, grad_from_output=True, fuse=True),
+    UnaryCode("sigmoid", _sigmoid, _sigmoid_grad, grad_from_output=True, fuse=True),
+    UnaryCode("exp", _exp, _exp_grad),
+    UnaryCode("log", _log, _log_grad),
+    UnaryCode("sqrt", _sqrt, _sqrt_grad),
+    UnaryCode("pow", _pow, _pow_grad),
+    UnaryCode("add_s", _add_s, _one, cheap=True),
+    UnaryCode("mul_s", _mul_s, _mul_s_grad, cheap=True),
+    UnaryCode("rsub_s", _rsub_s, _minus_one, cheap=True),
+    UnaryCode("div_s", _div_s, _div_s_grad, cheap=True),
+    UnaryCode("rdiv_s", _rdiv_s, _rdiv_s_grad, cheap=True),
+    UnaryCode("gelu", _gelu, _gelu_grad, fast32=True, fuse=True),
+    UnaryCode("gelu_tanh", _gelu_tanh, _gelu_tanh_grad),
+    UnaryCode("silu", _silu, _silu_grad, fuse=True),
+    UnaryCode("softplus", _softplus, _softplus_grad),
+    UnaryCode("abs", _abs, _abs_grad, cheap=True),
+    UnaryCode("clamp_min", _clamp_min, _clamp_min_grad, cheap=True),
+    UnaryCode("clamp_max", _clamp_max, _clamp_max_grad, cheap=True),
+    UnaryCode("softplus_beta", _softplus_beta, _softplus_beta_grad),
+    UnaryCode("rpow_s", _rpow_s, _rpow_s_grad),     # p ** x: a Python number raised to a tensor
 )
-IDENT, NEG, RELU, LEAKY_RELU, TANH, SIGMOID, EXP, LOG, SQRT, POW, \
-    ADD_S, MUL_S, RSUB_S, DIV_S, RDIV_S, \
-    GELU, GELU_TANH, SILU, SOFTPLUS, ABS, CLAMP_MIN, CLAMP_MAX, SOFTPLUS_BETA, \
-    RPOW_S = range(len(UNARY))
+
+
+# ----------------------------------------------------------- binary formulas
+def _add(a, b):
+    return a + b
+
+
+def _sub(a, b):
+    return a - b
+
+
+def _mul(a, b):
+    return a * b
+
+
+def _div(a, b):
+    return a / b
+
+
+def _max(a, b):      # nan wins, as torch.maximum
+    return a if a > b or a != a else b
+
+
+def _min(a, b):
+    return a if a < b or a != a else b
+
+
+def _d_one(a, b):
+    return 1.0
+
+
+def _d_minus_one(a, b):
+    return -1.0
+
+
+def _d_mul_a(a, b):
+    return b
+
+
+def _d_mul_b(a, b):
+    return a
+
+
+def _d_div_a(a, b):
+    return 1 / b
+
+
+def _d_div_b(a, b):
+    return -a / (b * b)
+
+
+# maximum/minimum: half each at a tie, as PyTorch
+def _d_max_a(a, b):
+    return 0.5 if a == b else (0.0 if a < b else 1.0)
+
+
+def _d_max_b(a, b):
+    return 0.5 if a == b else (0.0 if a > b else 1.0)
+
+
+@dataclass(frozen=True)
+class BinaryCode:
+    """One binary code, y = forward(a, b), with d(y)/da = ``grad_a(a, b)`` and
+    d(y)/db = ``grad_b(a, b)``; ``NAME.upper()`` is its constant here."""
+
+    name: str
+    forward: Callable
+    grad_a: Callable
+    grad_b: Callable
+
+
+BINARY = (
+    BinaryCode("add", _add, _d_one, _d_one),
+    BinaryCode("sub", _sub, _d_one, _d_minus_one),
+    BinaryCode("mul", _mul, _d_mul_a, _d_mul_b),
+    BinaryCode("div", _div, _d_div_a, _d_div_b),
+    BinaryCode("max", _max, _d_max_a, _d_max_b),
+    BinaryCode("min", _min, _d_max_b, _d_max_a),   # min(a, b)'s d/da is max's d/db
+)
+
+# ------------------------------------------------ what follows from the records
+# each record's constant: IDENT = 0, ..., ADD = 0, ...
+globals().update({r.name.upper(): c for c, r in enumerate(UNARY)})
+globals().update({r.name.upper(): c for c, r in enumerate(BINARY)})
 N_UNARY = len(UNARY)
-# What follows from the records (nothing per code is kept anywhere else):
+N_BINARY = len(BINARY)
 # codes as cheap as a copy (the CPU's memory-bound threading threshold)
 CHEAP_UNARY = frozenset(c for c, r in enumerate(UNARY) if r.cheap)
+# the codes with a float32 fast form on the CPU
+FAST32 = frozenset(c for c, r in enumerate(UNARY) if r.fast32)
 # linear's activations: name -> code
 ACTIVATIONS = {r.name: c for c, r in enumerate(UNARY) if r.fuse}
 # the codes a GEMM's epilogue applies (IDENT: none); the other fused ones
 # need their pre-activation kept for the backward
-EPILOGUE = frozenset({IDENT} | {c for c in ACTIVATIONS.values()
+EPILOGUE = frozenset({IDENT} | {c for c in ACTIVATIONS.values()    # noqa: F821 (IDENT: above)
                                if UNARY[c].grad_from_output})
 PRE_KEPT = frozenset(ACTIVATIONS.values()) - EPILOGUE
-_SOFTPLUS_THRESHOLD = 20.0
-# Binary codes: y = f(a, b).
-ADD, SUB, MUL, DIV, MAX, MIN = range(6)
-N_BINARY = 6
+
+
+def dispatchers(jit: Callable, fast: Mapping[int, tuple[Callable, Callable]] | None = None
+                ) -> dict[str, Callable]:
+    """``unary(code, x, p)``, ``unary_grad(code, x, y, p)``, ``binary(code, a,
+    b)``, ``binary_grad_a`` and ``binary_grad_b`` for one device: ladders
+    generated from the records (``dispatch.ladder``) over each record's
+    functions compiled by ``jit``, the whole ladder compiled by ``jit`` too.
+    ``fast``: code -> (forward, grad), already compiled, in place of that
+    record's (vmath's float32 forms). An unknown code raises ValueError.
+    With a constant code (a kernel's loop inlined per code) the compiler
+    folds the ladder to that one branch."""
+    fast = dict(fast or {})
+    compiled: dict[Callable, Any] = {}     # a formula shared by codes is compiled once
+    names: dict[str, Any] = {}
+    ladders = []
+    for kind, records, fields in (("unary", UNARY, ("forward", "grad")),
+                                  ("binary", BINARY, ("forward", "grad_a", "grad_b"))):
+        for k, field in enumerate(fields):
+            fn = f"{kind}{'' if field == 'forward' else '_' + field}"
+            for c, r in enumerate(records):
+                f = getattr(r, field)
+                if kind == "unary" and c in fast:
+                    own = fast[c][k]
+                else:
+                    own = compiled[f] = compiled.get(f) or jit(f)
+                names[f"_{fn}_{c}"] = own
+            params = ("x, p" if field == "forward" else "x, y, p") if kind == "unary" else "a, b"
+            ladders.append((fn, params, len(records)))
+    out = {}
+    for fn, params, count in ladders:
+        out[fn] = jit(dispatch.ladder(fn, params, range(count),
+                                      f"return _{fn}_{{code}}({params})", names,
+                                      f"{fn}: unknown op code"))
+    return out
+
+
+# The package's own plain-Python ones (tests and references call them).
+_python = dispatchers(lambda f: f)
+unary = _python["unary"]
+unary_grad = _python["unary_grad"]
+binary = _python["binary"]
+binary_grad_a = _python["binary_grad_a"]
+binary_grad_b = _python["binary_grad_b"]
+
 # Pointwise losses: (pred, target) -> one term of the sum, and its d/dpred.
 # (MSE has a kernel of its own, vectorised, in each device's losses module.)
 BCE_LOGITS = 0
@@ -97,189 +455,11 @@ N_POINTWISE = 1
 # terms for reduction="none"; reduced, those two have kernels of their own.)
 L1, SMOOTH_L1, HUBER, BCE, SQUARED, LOGITS_BCE = range(6)
 N_LOSS = 6
-_SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
-_INV_SQRT_2PI = 0.3989422804014327     # 1 / sqrt(2 pi)
-_SQRT_2_PI = 0.7978845608028654        # sqrt(2 / pi)
-_KAPPA = 0.044715
-_BCE_EPS = 9.999999960041972e-13       # PyTorch's EPSILON, 1e-12 as a float32
 
 # Every chain of ``code ==`` tests below ends in a raise: a code without a
 # branch is an error, never another op's formula. (The kernels inline these
 # with a constant code, so the raise costs nothing there; the CUDA launchers
 # check the code on the host, where a device-side raise would not be seen.)
-
-
-def unary(code, x, p):
-    if code == IDENT:
-        return x
-    if code == NEG:
-        return -x
-    if code == RELU:
-        return x if not x <= 0 else 0.0   # nan stays nan, -inf gives 0 (PyTorch)
-    if code == LEAKY_RELU:
-        return x if x > 0 else x * p
-    if code == TANH:
-        return math.tanh(x)
-    if code == SIGMOID:
-        if x >= 0:
-            return 1 / (1 + math.exp(-x))
-        e = math.exp(x)
-        return e / (1 + e)
-    if code == EXP:
-        return math.exp(x)
-    if code == LOG:
-        return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    if code == SQRT:
-        return math.sqrt(x) if x >= 0 else math.nan
-    if code == POW:
-        return x ** p
-    if code == ADD_S:
-        return x + p
-    if code == MUL_S:
-        return x * p
-    if code == RSUB_S:
-        return p - x
-    if code == DIV_S:
-        return x / p
-    if code == RDIV_S:
-        return p / x
-    if code == GELU:     # PyTorch's order of operations
-        return x * 0.5 * (1 + math.erf(x * _SQRT1_2))
-    if code == GELU_TANH:
-        return 0.5 * x * (1 + math.tanh(_SQRT_2_PI * (x + _KAPPA * x * x * x)))
-    if code == SILU:    # PyTorch's x / (1 + exp(-x)), without overflowing exp for x < 0
-        if x >= 0:
-            return x / (1 + math.exp(-x))
-        e = math.exp(x)
-        return x * e / (1 + e)
-    if code == SOFTPLUS:
-        return x if x > p else math.log1p(math.exp(x))
-    if code == ABS:
-        return abs(x)
-    if code == CLAMP_MIN:
-        return p if x < p or p != p else x        # nan stays nan; a nan bound gives nan
-    if code == CLAMP_MAX:
-        return p if x > p or p != p else x
-    if code == SOFTPLUS_BETA:
-        return x if x * p > _SOFTPLUS_THRESHOLD else math.log1p(math.exp(x * p)) / p
-    if code == RPOW_S:   # 0 ** x spelled out: the simulator's NumPy warns at 0 ** -1
-        if p == 0 and x == x:
-            return 0.0 if x > 0 else (1.0 if x == 0 else math.inf)
-        return p ** x
-    raise ValueError("unary: unknown op code")
-
-
-def unary_grad(code, x, y, p):
-    """dy/dx, given the input ``x`` and the output ``y`` (PyTorch's at +-inf
-    and nan too: relu's is 1 and leaky_relu's the slope where x is nan)."""
-    if code == IDENT or code == ADD_S:
-        return 1.0
-    if code == NEG or code == RSUB_S:
-        return -1.0
-    if code == RELU:
-        return 0.0 if x <= 0 else 1.0
-    if code == LEAKY_RELU:
-        return 1.0 if x > 0 else p
-    if code == TANH:
-        return 1 - y * y
-    if code == SIGMOID:
-        return y * (1 - y)
-    if code == EXP:
-        return y
-    if code == LOG:
-        return 1 / x
-    if code == SQRT:
-        return 0.5 / y
-    if code == POW:
-        return 0.0 if p == 0 else p * x ** (p - 1)
-    if code == MUL_S:
-        return p
-    if code == DIV_S:
-        return 1 / p
-    if code == RDIV_S:
-        return -p / (x * x)
-    if code == GELU:
-        return 0.5 * (1 + math.erf(x * _SQRT1_2)) + x * (math.exp(-0.5 * x * x) * _INV_SQRT_2PI)
-    if code == GELU_TANH:
-        t = math.tanh(_SQRT_2_PI * (x + _KAPPA * x * x * x))
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * (_SQRT_2_PI * (1 + 3 * _KAPPA * x * x))
-    if code == SILU:
-        if x >= 0:
-            s = 1 / (1 + math.exp(-x))
-        else:
-            e = math.exp(x)
-            s = e / (1 + e)
-        return s * (1 + x * (1 - s))
-    if code == SOFTPLUS:
-        if x > p:
-            return 1.0
-        z = math.exp(x)
-        return z / (z + 1)
-    if code == ABS:      # 0 at 0 (PyTorch's sign)
-        return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
-    if code == CLAMP_MIN:
-        return 1.0 if x >= p else 0.0
-    if code == CLAMP_MAX:
-        return 1.0 if x <= p else 0.0
-    if code == SOFTPLUS_BETA:
-        if x * p > _SOFTPLUS_THRESHOLD:
-            return 1.0
-        z = math.exp(x * p)
-        return z / (z + 1)
-    if code == RPOW_S:   # y log(p); 0 where p == 0 and x >= 0, as PyTorch
-        if p == 0:
-            return 0.0 if x >= 0 else y * -math.inf   # inf, or nan at nan
-        return y * math.log(p) if p > 0 else math.nan
-    raise ValueError("unary_grad: unknown op code")
-
-
-def binary(code, a, b):
-    if code == ADD:
-        return a + b
-    if code == SUB:
-        return a - b
-    if code == MUL:
-        return a * b
-    if code == DIV:
-        return a / b
-    if code == MAX:      # nan wins, as torch.maximum
-        return a if a > b or a != a else b
-    if code == MIN:
-        return a if a < b or a != a else b
-    raise ValueError("binary: unknown op code")
-
-
-def binary_grad_a(code, a, b):
-    """d(a op b)/da."""
-    if code == MUL:
-        return b
-    if code == DIV:
-        return 1 / b
-    if code == ADD or code == SUB:
-        return 1.0
-    # maximum/minimum: half each at a tie, as PyTorch
-    if code == MAX:
-        return 0.5 if a == b else (0.0 if a < b else 1.0)
-    if code == MIN:
-        return 0.5 if a == b else (0.0 if a > b else 1.0)
-    raise ValueError("binary_grad_a: unknown op code")
-
-
-def binary_grad_b(code, a, b):
-    """d(a op b)/db."""
-    if code == ADD:
-        return 1.0
-    if code == SUB:
-        return -1.0
-    if code == MUL:
-        return a
-    if code == DIV:
-        return -a / (b * b)
-    if code == MAX:
-        return 0.5 if a == b else (0.0 if a > b else 1.0)
-    if code == MIN:
-        return 0.5 if a == b else (0.0 if a < b else 1.0)
-    raise ValueError("binary_grad_b: unknown op code")
 
 
 def pointwise_loss(code, x, t):

@@ -23,7 +23,7 @@ from llvmlite import ir
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from .. import env_int, scalar
+from .. import env_int
 
 # numbagrad sets no OpenMP policy: Numba's workers wait as the runtime's
 # default says (libgomp: spin a while, then sleep), as PyTorch's do, and
@@ -84,9 +84,6 @@ MT_MIN_MEMORY = env_int("NUMBAGRAD_PARALLEL_MIN_MEMORY", 1 << 21) or NEVER
 # kernels whose every call is memory-bound (binary_backward: the add's, the
 # mul's; the broadcast operand's sums take its threaded twin from 2**21 too)
 MEMORY_BOUND = frozenset({"axpby", "scaled_add", "binary", "binary_backward", "mse"})
-# unary codes as cheap as a copy (their records' ``cheap``; the others call
-# libm or, for float32's GELU, vmath's polynomials)
-CHEAP_UNARY = scalar.CHEAP_UNARY
 
 
 def memory_bound(name: str, args: tuple) -> bool:
@@ -95,6 +92,11 @@ def memory_bound(name: str, args: tuple) -> bool:
     ``MT_MIN`` elements only, so it costs small calls nothing)."""
     if name in MEMORY_BOUND:
         return True
+    # unary codes as cheap as a copy (their records' ``cheap``; the others call
+    # libm or, for float32's GELU, vmath's polynomials). Imported here, not at
+    # the top: the kernels' cache stamps follow this module's imports, and the
+    # threading helpers do not depend on the records (``numbagrad._cache``).
+    from ..scalar import CHEAP_UNARY
     return (name == "unary" or name == "unary_backward") and args[0] in CHEAP_UNARY
 
 

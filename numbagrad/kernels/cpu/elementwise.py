@@ -19,16 +19,21 @@ from __future__ import annotations
 __all__ = ["axpby", "binary", "binary_backward", "fill", "scaled_add", "sum_to", "unary",
            "unary_backward"]
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit, prange
 
-from .. import elements, scalar
+from .. import dispatch, elements, scalar
 from ._threads import SPAN, _cast_like
 # scalar.unary/unary_grad, with vectorisable forms for float32 (vmath's docstring)
-from .vmath import unary as _unary, unary_grad as _unary_grad
-_binary = njit(scalar.binary)
-_binary_grad_a = njit(scalar.binary_grad_a)
-_binary_grad_b = njit(scalar.binary_grad_b)
+from .vmath import EXACT
+from .vmath import unary as _unary
+from .vmath import unary_grad as _unary_grad
+
+_binary = EXACT["binary"]
+_binary_grad_a = EXACT["binary_grad_a"]
+_binary_grad_b = EXACT["binary_grad_b"]
 _reduced_grad = njit(error_model="numpy", inline="always")(
     elements.reduced_grad(_binary_grad_a, _binary_grad_b))
 
@@ -109,7 +114,9 @@ def _grid(rows, cols):
 
 # A kernel takes the op's code at run time, but each loop below is inlined
 # with the code as a constant, so LLVM folds the per-element dispatch away and
-# vectorises (a run-time code in the loop costs ~5x). Each loop covers the
+# vectorises (a run-time code in the loop costs ~5x): the ladders from code to
+# loop (``_unary_block``, ...) are generated from the records, one branch per
+# code, and an unknown code raises (``dispatch.ladder``). Each loop covers the
 # block [r0, r1) x [c0, c1) of the destination: all of it for the serial
 # kernel, one block per task for its _mt twin.
 @njit(error_model="numpy", inline="always")
@@ -131,58 +138,25 @@ def _unary_loop(code, x, out, p, alpha, beta, r0, r1, c0, c1):
             o[j] = y if beta == 0 else y + beta * o[j]
 
 
-@njit(cache=True, error_model="numpy")
-def _unary_block(code, x, out, p, alpha, beta, r0, r1, c0, c1):
-    if code == scalar.IDENT:
-        _unary_loop(scalar.IDENT, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.NEG:
-        _unary_loop(scalar.NEG, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.RELU:
-        _unary_loop(scalar.RELU, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.LEAKY_RELU:
-        _unary_loop(scalar.LEAKY_RELU, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.TANH:
-        _unary_loop(scalar.TANH, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.SIGMOID:
-        _unary_loop(scalar.SIGMOID, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.EXP:
-        _unary_loop(scalar.EXP, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.LOG:
-        _unary_loop(scalar.LOG, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.SQRT:
-        _unary_loop(scalar.SQRT, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.POW:
-        _unary_loop(scalar.POW, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.ADD_S:
-        _unary_loop(scalar.ADD_S, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.MUL_S:
-        _unary_loop(scalar.MUL_S, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.RSUB_S:
-        _unary_loop(scalar.RSUB_S, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.DIV_S:
-        _unary_loop(scalar.DIV_S, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.RDIV_S:
-        _unary_loop(scalar.RDIV_S, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.GELU:
-        _unary_loop(scalar.GELU, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.GELU_TANH:
-        _unary_loop(scalar.GELU_TANH, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.SILU:
-        _unary_loop(scalar.SILU, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.SOFTPLUS:
-        _unary_loop(scalar.SOFTPLUS, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.ABS:
-        _unary_loop(scalar.ABS, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.CLAMP_MIN:
-        _unary_loop(scalar.CLAMP_MIN, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.CLAMP_MAX:
-        _unary_loop(scalar.CLAMP_MAX, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.SOFTPLUS_BETA:
-        _unary_loop(scalar.SOFTPLUS_BETA, x, out, p, alpha, beta, r0, r1, c0, c1)
-    elif code == scalar.RPOW_S:
-        _unary_loop(scalar.RPOW_S, x, out, p, alpha, beta, r0, r1, c0, c1)
-    else:
-        raise ValueError("unary_block: unknown op code")
+def _ladder(name: str, loop: Callable, params: str, count: int, lead: str = "") -> Callable:
+    """``name(code, <params>)``: ``loop(<code>, <lead><params>)`` with the code a
+    constant, one branch per record (``dispatch.ladder``); any other raises."""
+    return njit(error_model="numpy")(dispatch.ladder(
+        name, params, range(count), f"_loop({{code}}, {lead}{params})", {"_loop": loop},
+        f"{name.strip('_')}: unknown op code"))
+
+
+@njit(error_model="numpy", inline="always")
+def _known(code, count):
+    # the threaded twins check first: a raise inside a prange task reaches
+    # Python as a SystemError, not as the ladder's ValueError
+    if not 0 <= code < count:
+        raise ValueError("unknown op code")
+
+
+_BLOCK = "r0, r1, c0, c1"
+_unary_block = _ladder("_unary_block", _unary_loop, f"x, out, p, alpha, beta, {_BLOCK}",
+                       scalar.N_UNARY)
 
 
 @njit(cache=True, error_model="numpy")
@@ -199,6 +173,7 @@ def unary(code, x, out, p, alpha, beta):
 @njit(cache=True, error_model="numpy", parallel=True)
 def unary_mt(code, x, out, p, alpha, beta):
     """``unary`` on threads: the same blocks, shared among them."""
+    _known(code, scalar.N_UNARY)
     pc, ac, bc = _cast_like(out, p), _cast_like(out, alpha), _cast_like(out, beta)
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -216,58 +191,8 @@ def _unary_backward_loop(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
             d[j] = g if beta == 0 else g + beta * d[j]
 
 
-@njit(cache=True, error_model="numpy")
-def _unary_backward_block(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
-    if code == scalar.IDENT:
-        _unary_backward_loop(scalar.IDENT, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.NEG:
-        _unary_backward_loop(scalar.NEG, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.RELU:
-        _unary_backward_loop(scalar.RELU, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.LEAKY_RELU:
-        _unary_backward_loop(scalar.LEAKY_RELU, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.TANH:
-        _unary_backward_loop(scalar.TANH, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.SIGMOID:
-        _unary_backward_loop(scalar.SIGMOID, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.EXP:
-        _unary_backward_loop(scalar.EXP, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.LOG:
-        _unary_backward_loop(scalar.LOG, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.SQRT:
-        _unary_backward_loop(scalar.SQRT, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.POW:
-        _unary_backward_loop(scalar.POW, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.ADD_S:
-        _unary_backward_loop(scalar.ADD_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.MUL_S:
-        _unary_backward_loop(scalar.MUL_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.RSUB_S:
-        _unary_backward_loop(scalar.RSUB_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.DIV_S:
-        _unary_backward_loop(scalar.DIV_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.RDIV_S:
-        _unary_backward_loop(scalar.RDIV_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.GELU:
-        _unary_backward_loop(scalar.GELU, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.GELU_TANH:
-        _unary_backward_loop(scalar.GELU_TANH, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.SILU:
-        _unary_backward_loop(scalar.SILU, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.SOFTPLUS:
-        _unary_backward_loop(scalar.SOFTPLUS, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.ABS:
-        _unary_backward_loop(scalar.ABS, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.CLAMP_MIN:
-        _unary_backward_loop(scalar.CLAMP_MIN, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.CLAMP_MAX:
-        _unary_backward_loop(scalar.CLAMP_MAX, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.SOFTPLUS_BETA:
-        _unary_backward_loop(scalar.SOFTPLUS_BETA, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    elif code == scalar.RPOW_S:
-        _unary_backward_loop(scalar.RPOW_S, x, y, gout, dest, beta, p, r0, r1, c0, c1)
-    else:
-        raise ValueError("unary_backward_block: unknown op code")
+_unary_backward_block = _ladder("_unary_backward_block", _unary_backward_loop,
+                                f"x, y, gout, dest, beta, p, {_BLOCK}", scalar.N_UNARY)
 
 
 @njit(cache=True, error_model="numpy")
@@ -285,6 +210,7 @@ def unary_backward(code, x, y, gout, dest, beta, p):
 @njit(cache=True, error_model="numpy", parallel=True)
 def unary_backward_mt(code, x, y, gout, dest, beta, p):
     """``unary_backward`` on threads: the same blocks, shared among them."""
+    _known(code, scalar.N_UNARY)
     bc, pc = _cast_like(dest, beta), _cast_like(dest, p)
     rows, cols = dest.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -314,22 +240,7 @@ def _binary_loop(code, a, b, out, r0, r1, c0, c1):
             o[j] = _binary(code, ar[0 if ba1 else j], br[0 if bb1 else j])
 
 
-@njit(cache=True, error_model="numpy")
-def _binary_block(code, a, b, out, r0, r1, c0, c1):
-    if code == scalar.ADD:
-        _binary_loop(scalar.ADD, a, b, out, r0, r1, c0, c1)
-    elif code == scalar.SUB:
-        _binary_loop(scalar.SUB, a, b, out, r0, r1, c0, c1)
-    elif code == scalar.MUL:
-        _binary_loop(scalar.MUL, a, b, out, r0, r1, c0, c1)
-    elif code == scalar.DIV:
-        _binary_loop(scalar.DIV, a, b, out, r0, r1, c0, c1)
-    elif code == scalar.MAX:
-        _binary_loop(scalar.MAX, a, b, out, r0, r1, c0, c1)
-    elif code == scalar.MIN:
-        _binary_loop(scalar.MIN, a, b, out, r0, r1, c0, c1)
-    else:
-        raise ValueError("binary_block: unknown op code")
+_binary_block = _ladder("_binary_block", _binary_loop, f"a, b, out, {_BLOCK}", scalar.N_BINARY)
 
 
 @njit(cache=True, error_model="numpy")
@@ -345,6 +256,7 @@ def binary(code, a, b, out):
 @njit(cache=True, error_model="numpy", parallel=True)
 def binary_mt(code, a, b, out):
     """``binary`` on threads: the same blocks, shared among them."""
+    _known(code, scalar.N_BINARY)
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
     for t in prange(nr * nc):
@@ -376,42 +288,11 @@ def _binary_backward_loop(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
             d[i, j] = g if beta == 0 else g + beta * d[i, j]
 
 
-@njit(cache=True, error_model="numpy")
-def _grad_a_block(code, a, b, gout, d, beta, r0, r1, c0, c1):
-    # a's gradient over one block of d
-    if code == scalar.ADD:
-        _binary_backward_loop(scalar.ADD, 0, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.SUB:
-        _binary_backward_loop(scalar.SUB, 0, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.MUL:
-        _binary_backward_loop(scalar.MUL, 0, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.DIV:
-        _binary_backward_loop(scalar.DIV, 0, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.MAX:
-        _binary_backward_loop(scalar.MAX, 0, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.MIN:
-        _binary_backward_loop(scalar.MIN, 0, a, b, gout, d, beta, r0, r1, c0, c1)
-    else:
-        raise ValueError("grad_a_block: unknown op code")
-
-
-@njit(cache=True, error_model="numpy")
-def _grad_b_block(code, a, b, gout, d, beta, r0, r1, c0, c1):
-    # b's gradient over one block of d
-    if code == scalar.ADD:
-        _binary_backward_loop(scalar.ADD, 1, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.SUB:
-        _binary_backward_loop(scalar.SUB, 1, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.MUL:
-        _binary_backward_loop(scalar.MUL, 1, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.DIV:
-        _binary_backward_loop(scalar.DIV, 1, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.MAX:
-        _binary_backward_loop(scalar.MAX, 1, a, b, gout, d, beta, r0, r1, c0, c1)
-    elif code == scalar.MIN:
-        _binary_backward_loop(scalar.MIN, 1, a, b, gout, d, beta, r0, r1, c0, c1)
-    else:
-        raise ValueError("grad_b_block: unknown op code")
+# a's gradient over one block of d, and b's
+_grad_a_block = _ladder("_grad_a_block", _binary_backward_loop,
+                        f"a, b, gout, d, beta, {_BLOCK}", scalar.N_BINARY, lead="0, ")
+_grad_b_block = _ladder("_grad_b_block", _binary_backward_loop,
+                        f"a, b, gout, d, beta, {_BLOCK}", scalar.N_BINARY, lead="1, ")
 
 
 @njit(error_model="numpy", inline="always")
@@ -450,6 +331,7 @@ def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
 @njit(cache=True, error_model="numpy", parallel=True)
 def binary_backward_mt(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
     """``binary_backward`` on threads: the same tasks, shared among them."""
+    _known(code, scalar.N_BINARY)
     ba, bb = _cast_like(da, beta_a), _cast_like(db, beta_b)
     grid_a, grid_b = _grid(da.shape[0], da.shape[1]), _grid(db.shape[0], db.shape[1])
     tasks_a = grid_a[2] * grid_a[3] if need_a else 0

@@ -14,7 +14,8 @@ import numpy as np
 from numba import cfunc, njit, prange, types
 from numba.core.extending import get_cython_function_address
 
-from .. import scalar
+from .. import dispatch, scalar
+from . import vmath
 from ._threads import num_threads
 
 for _routine in ("sgemm", "dgemm"):
@@ -79,7 +80,7 @@ _BLAS_MIN_WORK = 4096
 
 _N, _T = 78, 84  # ord("N"), ord("T"): Fortran BLAS transpose flags
 
-_unary = njit(scalar.unary)
+_unary = vmath.unary   # (float32: the records' fast forms)
 _inline = njit(error_model="numpy", inline="always")
 
 
@@ -171,6 +172,13 @@ def _epilogue(code, out, bias, has_bias, p):
 
 
 _EPILOGUE = tuple(sorted(scalar.EPILOGUE))
+# one loop per code, the code a constant in each (see elementwise.py): the
+# codes are scalar.EPILOGUE's, and any other raises (``linear`` checks first,
+# so nothing is written then)
+_apply_epilogue = njit(error_model="numpy")(dispatch.ladder(
+    "_apply_epilogue", "out, bias, has_bias, p", sorted(scalar.EPILOGUE - {scalar.IDENT}),
+    "_epilogue({code}, out, bias, has_bias, p)", {"_epilogue": _epilogue},
+    "linear: unknown epilogue code"))
 
 
 @njit(error_model="numpy", inline="always")
@@ -184,8 +192,8 @@ def _check_epilogue(code):
 @njit(cache=True, error_model="numpy")
 def linear(x, w, bias, out, has_bias, code, p):
     """out = f(x @ w.T + bias), PyTorch's F.linear then the activation ``code``
-    (a unary code of ``kernels.scalar``: IDENT, RELU, LEAKY_RELU, TANH or
-    SIGMOID, with parameter ``p``). Without an activation the bias is
+    (a unary code of ``scalar.EPILOGUE``, IDENT for none, with parameter
+    ``p``). Without an activation the bias is
     broadcast into ``out`` and one GEMM adds the product with beta=1; with
     one, the GEMM writes ``out`` and a single epilogue pass adds the bias and
     applies the activation. Any other code raises before anything is written."""
@@ -207,21 +215,8 @@ def _linear_block(x, w, bias, out, has_bias, code, p, direct, ldc):
         _blas(x, w, out, False, True, 1.0, beta, x.shape[1], w.shape[1], ldc)
     else:
         gemm(x, w, out, False, True, 1.0, beta)
-    if code == scalar.IDENT:
-        return
-    # one loop per code, the code a constant in each (see elementwise.py);
-    # the codes are scalar.EPILOGUE's, and any other raises (``linear``
-    # checks first, so nothing is written then)
-    if code == scalar.RELU:
-        _epilogue(scalar.RELU, out, bias, has_bias, p)
-    elif code == scalar.LEAKY_RELU:
-        _epilogue(scalar.LEAKY_RELU, out, bias, has_bias, p)
-    elif code == scalar.TANH:
-        _epilogue(scalar.TANH, out, bias, has_bias, p)
-    elif code == scalar.SIGMOID:
-        _epilogue(scalar.SIGMOID, out, bias, has_bias, p)
-    else:
-        raise ValueError("linear: unknown epilogue code")
+    if code != scalar.IDENT:
+        _apply_epilogue(code, out, bias, has_bias, p)
 
 
 # ------------------------------------------------------------ threaded twins

@@ -12,7 +12,10 @@ below the result's rounding. float64 arrays keep libm's exact functions.
 
 ``unary(code, x, p)`` and ``unary_grad(code, x, y, p)`` stand in for
 ``scalar.unary``/``unary_grad`` in the loops: for a float32 ``x`` they pick
-the fast form of the ops that have one, and otherwise are those functions.
+the fast form of the codes whose record asks for one (``fast32``: this
+module's ``fast_<name>`` and ``fast_<name>_grad``), and otherwise are the
+exact formulas. ``EXACT`` holds the CPU's compiled dispatchers over the
+records (``scalar.dispatchers``), which the other kernel modules use.
 """
 from __future__ import annotations
 
@@ -25,8 +28,6 @@ from numba.extending import intrinsic, overload
 
 from .. import scalar
 
-_scalar_unary = njit(scalar.unary)
-_scalar_unary_grad = njit(scalar.unary_grad)
 
 
 @intrinsic
@@ -131,36 +132,61 @@ def gelu_grad(x, y):
     return _outside(x, inside, cdf) + x * (np.float64(inside) * pdf)
 
 
+# The float32 fast forms the records ask for (``fast32``), by name:
+# ``fast_<name>(x, p)`` and ``fast_<name>_grad(x, y, p)``.
+@njit(error_model="numpy", inline="always")
+def fast_gelu(x, p):
+    return gelu(np.float64(x))
+
+
+@njit(error_model="numpy", inline="always")
+def fast_gelu_grad(x, y, p):
+    return gelu_grad(np.float64(x), np.float64(y))
+
+
+def _fast_forms() -> dict:
+    forms = {}
+    for code in sorted(scalar.FAST32):
+        name = scalar.UNARY[code].name
+        try:
+            forms[code] = (globals()[f"fast_{name}"], globals()[f"fast_{name}_grad"])
+        except KeyError:
+            raise ImportError(f"the unary record {name!r} asks for a float32 fast form "
+                              f"(fast32=True), but kernels/cpu/vmath.py has no fast_{name} "
+                              f"and fast_{name}_grad") from None
+    return forms
+
+
+# The CPU's dispatchers over the records: libm's exact formulas, and the
+# same with the fast forms (float32 arrays' unary and unary_grad).
+EXACT = scalar.dispatchers(njit)
+_FAST = scalar.dispatchers(njit, _fast_forms())
+_exact_unary, _exact_unary_grad = EXACT["unary"], EXACT["unary_grad"]
+_fast_unary, _fast_unary_grad = _FAST["unary"], _FAST["unary_grad"]
+
+
 def unary(code, x, p):
     """``scalar.unary``, with the fast forms for a float32 ``x``."""
-    return _scalar_unary(code, x, p)
+    return _exact_unary(code, x, p)
 
 
 def unary_grad(code, x, y, p):
     """``scalar.unary_grad``, with the fast forms for a float32 ``x``."""
-    return _scalar_unary_grad(code, x, y, p)
+    return _exact_unary_grad(code, x, y, p)
 
 
 @overload(unary, inline="always")
 def _unary_impl(code, x, p):
     if x == types.float32:
-        def fast(code, x, p):
-            if code == scalar.GELU:
-                return gelu(np.float64(x))
-            return _scalar_unary(code, x, p)
-        return fast
-    return lambda code, x, p: _scalar_unary(code, x, p)
+        return lambda code, x, p: _fast_unary(code, x, p)
+    return lambda code, x, p: _exact_unary(code, x, p)
 
 
 @overload(unary_grad, inline="always")
 def _unary_grad_impl(code, x, y, p):
     if x == types.float32:
-        def fast(code, x, y, p):
-            if code == scalar.GELU:
-                return gelu_grad(np.float64(x), np.float64(y))
-            return _scalar_unary_grad(code, x, y, p)
-        return fast
-    return lambda code, x, y, p: _scalar_unary_grad(code, x, y, p)
+        return lambda code, x, y, p: _fast_unary_grad(code, x, y, p)
+    return lambda code, x, y, p: _exact_unary_grad(code, x, y, p)
 
 
 def exp_shifted(row, top):

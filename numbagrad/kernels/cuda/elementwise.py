@@ -16,11 +16,11 @@ from .. import elements, scalar
 from ._core import (THREADS, Config, array_type, block_total, checked_code, flat, grid, kernel,
                     launch, sums)
 
-_unary = cuda.jit(device=True)(scalar.unary)
-_unary_grad = cuda.jit(device=True)(scalar.unary_grad)
-_binary = cuda.jit(device=True)(scalar.binary)
-_binary_grad_a = cuda.jit(device=True)(scalar.binary_grad_a)
-_binary_grad_b = cuda.jit(device=True)(scalar.binary_grad_b)
+# the records' dispatchers, compiled for the device (scalar.dispatchers)
+_DEVICE = scalar.dispatchers(cuda.jit(device=True))
+_unary, _unary_grad = _DEVICE["unary"], _DEVICE["unary_grad"]
+_binary = _DEVICE["binary"]
+_binary_grad_a, _binary_grad_b = _DEVICE["binary_grad_a"], _DEVICE["binary_grad_b"]
 _reduced_grad = cuda.jit(device=True)(elements.reduced_grad(_binary_grad_a, _binary_grad_b))
 
 

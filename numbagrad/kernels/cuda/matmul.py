@@ -7,8 +7,7 @@ from numba import cuda, int64, types
 
 from .. import scalar
 from ._core import TILE, WPT, Config, array_type, empty, kernel, launch
-
-_unary = cuda.jit(device=True)(scalar.unary)
+from .elementwise import _unary
 
 
 def _tiles(config: Config, dtype):
