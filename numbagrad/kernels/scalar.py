@@ -32,6 +32,7 @@ _SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
 _INV_SQRT_2PI = 0.3989422804014327     # 1 / sqrt(2 pi)
 _SQRT_2_PI = 0.7978845608028654        # sqrt(2 / pi)
 _KAPPA = 0.044715
+_TWO_SQRT_PI = 1.1283791670955126      # 2 / sqrt(pi)
 _BCE_EPS = 9.999999960041972e-13       # PyTorch's EPSILON, 1e-12 as a float32
 
 
@@ -245,6 +246,14 @@ def _rpow_s_grad(x, y, p):   # y log(p); 0 where p == 0 and x >= 0, as PyTorch
     return y * math.log(p) if p > 0 else math.nan
 
 
+def _erf(x, p):
+    return math.erf(x)
+
+
+def _erf_grad(x, y, p):    # 2 / sqrt(pi) exp(-x^2): 0 at +-inf, as PyTorch's
+    return _TWO_SQRT_PI * math.exp(-x * x)
+
+
 @dataclass(frozen=True)
 class UnaryCode:
     """One unary code: everything the package knows of it, in one place.
@@ -302,6 +311,8 @@ UNARY = (
     UnaryCode("clamp_max", _clamp_max, _clamp_max_grad, cheap=True),
     UnaryCode("softplus_beta", _softplus_beta, _softplus_beta_grad),
     UnaryCode("rpow_s", _rpow_s, _rpow_s_grad),     # p ** x: a Python number raised to a tensor
+    UnaryCode("erf", _erf, _erf_grad),
+    # (a new record goes here, at the end: a record's code is its position)
 )
 
 

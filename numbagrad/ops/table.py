@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from ..kernels import scalar as codes
 from ..tensor import Tensor
 from . import conv, pool   # convolution and pooling
 from . import elementwise as ew
-from . import indexing, join, losses, matmul, reductions, select, shape
-from . import dropout as random_ops   # randomness, dropout and embedding
+from . import indexing, join, losses, masks, matmul, reductions, shape
+from . import dropout, embedding   # randomness; integer row lookups
 from . import activations, extrema, statistics  # noqa: I001 (activations and reductions)
 from . import attention, norm   # normalisation and attention
 
@@ -30,7 +31,8 @@ class Op:
     """One public op.
 
     ``code``: its kernel code (``kernels/scalar.py``), for the ops that have
-    one. ``method``: also a Tensor method of the same name (``x.relu()``).
+    one (an op made by ``unary_op`` brings its own). ``method``: also a
+    Tensor method of the same name (``x.relu()``).
     ``operators``: the Tensor operators that run it; a reflected one
     (``__radd__``) passes the tensor second. ``numpy``: the NumPy ufuncs
     that run it on a tensor. (Whether ``linear(..., activation=name)``
@@ -55,6 +57,30 @@ class Op:
     domain: str = "real"
     targets: int = 0
     args: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.code is None and hasattr(self.fn, "code"):
+            object.__setattr__(self, "code", self.fn.code)
+
+
+def unary_op(name: str, doc: str) -> Callable[[Any], Tensor]:
+    """The op ``name(x)`` of the unary record ``name`` (``kernels/scalar.py``):
+    one ``unary`` kernel forward, one ``unary_backward`` backward, on every
+    device. Its row below makes it public, so a new code is its record and
+    its row (``docs/adding_an_op.md``)."""
+    names = [r.name for r in codes.UNARY]
+    if name not in names:
+        raise ValueError(f"unary_op: no unary record named {name!r} in kernels/scalar.py "
+                         f"(known: {names})")
+    code = names.index(name)
+
+    def op(x: Any) -> Tensor:
+        return ew._unary(code, x, 0.0, name)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    op.code = code      # type: ignore[attr-defined]  (the row's code)
+    return op
 
 
 _PAIR = ((3, 4), (4,))
@@ -122,14 +148,14 @@ OPS: tuple[Op, ...] = (
     Op("getitem", indexing.getitem, operators=("__getitem__",), numpy=("take",)),
     Op("gather", indexing.gather, method=True, numpy=("take_along_axis",)),
     # --- selection, comparison and casting ops
-    Op("lt", select.lt, operators=("__lt__",), numpy=("less",)),
-    Op("le", select.le, operators=("__le__",), numpy=("less_equal",)),
-    Op("gt", select.gt, operators=("__gt__",), numpy=("greater",)),
-    Op("ge", select.ge, operators=("__ge__",), numpy=("greater_equal",)),
-    Op("eq", select.eq, operators=("__eq__",), numpy=("equal",)),
-    Op("ne", select.ne, operators=("__ne__",), numpy=("not_equal",)),
-    Op("where", select.where, numpy=("where",)),   # vs torch: tests/test_select.py
-    Op("astype", select.astype, method=True),
+    Op("lt", masks.lt, operators=("__lt__",), numpy=("less",)),
+    Op("le", masks.le, operators=("__le__",), numpy=("less_equal",)),
+    Op("gt", masks.gt, operators=("__gt__",), numpy=("greater",)),
+    Op("ge", masks.ge, operators=("__ge__",), numpy=("greater_equal",)),
+    Op("eq", masks.eq, operators=("__eq__",), numpy=("equal",)),
+    Op("ne", masks.ne, operators=("__ne__",), numpy=("not_equal",)),
+    Op("where", masks.where, numpy=("where",)),   # vs torch: tests/test_select.py
+    Op("astype", masks.astype, method=True),
     # --- activations
     Op("gelu", activations.gelu, codes.GELU, method=True, torch="F.gelu(a)"),
     Op("silu", activations.silu, codes.SILU, method=True, torch="F.silu(a)"),
@@ -171,8 +197,8 @@ OPS: tuple[Op, ...] = (
 
     # --- randomness, dropout and embedding
     # (random masks and integer indices: tests/test_dropout.py, tests/test_nn_modules.py)
-    Op("dropout", random_ops.dropout),
-    Op("embedding", random_ops.embedding),
+    Op("dropout", dropout.dropout),
+    Op("embedding", embedding.embedding),
 
     # --- convolution and pooling
     Op("conv1d", conv.conv1d, torch="F.conv1d(a, b, None, 2, 1, 1, 2)",
@@ -196,6 +222,12 @@ OPS: tuple[Op, ...] = (
        sample=((3, 2, 2),), args=(None, None, None, None, True)),
     # (three inputs and a mask, which the table's torch cases do not take: tests/test_attention.py)
     Op("scaled_dot_product_attention", attention.scaled_dot_product_attention),
+
+    # --- elementwise codes made from their records (kernels/scalar.py)
+    Op("erf", unary_op("erf", "The error function elementwise (PyTorch's torch.erf; its "
+                                 "gradient 2 / sqrt(pi) exp(-x^2) is 0 at +-inf)."),
+       method=True, torch="torch.erf(a)"),
+    # (a new row goes here)
 )
 
 BY_NAME = {op.name: op for op in OPS}
