@@ -31,7 +31,7 @@ def test_every_public_op_function_has_a_row():
                for m in pkgutil.iter_modules(ng.ops.__path__)
                if not m.name.startswith("_") and m.name not in ("table", "numpy_api")]
     assert {"elementwise", "losses", "matmul", "reductions", "shape", "join", "indexing",
-            "select"} <= {m.__name__.rsplit(".", 1)[1] for m in modules}
+            "masks", "dropout", "embedding"} <= {m.__name__.rsplit(".", 1)[1] for m in modules}
     for module in modules:
         for name, fn in vars(module).items():
             if inspect.isfunction(fn) and fn.__module__ == module.__name__ \
@@ -130,7 +130,7 @@ def test_linear_refuses_a_code_outside_its_epilogue(device):
 
 
 def test_sequential_fuses_exactly_the_epilogue_layers():
-    from numbagrad.nn import _epilogue
+    from numbagrad.nn.fusion import _epilogue
     for cls in (ng.nn.ReLU, ng.nn.Tanh, ng.nn.Sigmoid):
         assert _epilogue(cls()) == (cls._linear_activation, 0.0)
     assert _epilogue(ng.nn.LeakyReLU(0.2)) == ("leaky_relu", 0.2)

@@ -279,14 +279,14 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(dev):
         assert ng.cuda.launch_count() == start
 
 
-def test_every_select_function_has_a_row_and_the_operators_run_it():
+def test_every_masks_function_has_a_row_and_the_operators_run_it():
     import inspect
 
-    from numbagrad.ops import select
+    from numbagrad.ops import masks
     from numbagrad.ops.table import OPS
     rowed = {op.fn for op in OPS}
-    public = [f for n, f in vars(select).items() if inspect.isfunction(f)
-              and f.__module__ == select.__name__ and not n.startswith("_")]
+    public = [f for n, f in vars(masks).items() if inspect.isfunction(f)
+              and f.__module__ == masks.__name__ and not n.startswith("_")]
     assert len(public) == 8 and all(f in rowed for f in public)
     for dunder, fn in [("__lt__", ng.lt), ("__le__", ng.le), ("__gt__", ng.gt),
                        ("__ge__", ng.ge), ("__eq__", ng.eq), ("__ne__", ng.ne)]:

@@ -30,8 +30,8 @@ import numba
 import numpy as np
 
 from .. import tape
-from ..nn import CHANGES as _MODULE_CHANGES
-from ..nn import _settled, _still, _watching
+from ..nn.module import CHANGES as _MODULE_CHANGES
+from ..nn.module import _settled, _still, _watching
 from ..optim.fused import FusedUpdate
 from ..tensor import Tensor
 from .analysis import _analyze, _compare, _device_of, _Program

@@ -10,7 +10,9 @@ import numpy as np
 from .. import ops
 from ..ops._common import is_scalar, operand
 from ..tensor import Tensor, param
-from . import Linear, Module, _allocating, init
+from . import init
+from .layers import Linear
+from .module import Module, _allocating
 
 
 class MultiheadAttention(Module):

@@ -10,7 +10,7 @@ import numpy as np
 from .. import ops
 from ..ops.conv import _ints
 from ..tensor import Tensor, param
-from . import Module, _allocating
+from .module import Module, _allocating
 
 
 class _ConvNd(Module):

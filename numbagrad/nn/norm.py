@@ -12,7 +12,7 @@ from .. import kernels, ops
 from ..ops._common import is_scalar
 from ..ops.norm import _batch_norm
 from ..tensor import Tensor, param
-from . import Module
+from .module import Module
 
 
 def _positive(name: str, what: str, n: Any) -> int:

@@ -47,7 +47,7 @@ def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         return ew._unary(codes.SOFTPLUS, x, threshold, "softplus")
     if threshold == 20.0:
         return ew._unary(codes.SOFTPLUS_BETA, x, beta, "softplus")
-    from .select import where
+    from .masks import where
     x = operand(x, "softplus")
     scaled = ew._unary(codes.MUL_S, x, beta, "softplus")
     soft = ew._unary(codes.DIV_S, ew._unary(codes.SOFTPLUS, scaled, threshold, "softplus"),

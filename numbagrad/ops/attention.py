@@ -23,7 +23,7 @@ from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import (broadcast_shape, contiguous, describe, is_scalar, ones, operand, reshaped,
                       result)
-from .select import astype, where
+from .masks import astype, where
 
 _OP = "scaled_dot_product_attention"
 BLOCK = 32    # query rows per CPU task: the scratch is BLOCK x S per thread

@@ -1,0 +1,51 @@
+"""Which layers ``Sequential`` fuses: a ``Linear`` directly followed by an
+activation whose op ``ops.linear`` applies in its GEMM epilogue runs as one
+``ops.linear(..., activation=)``, one pass fewer over the output and one op
+fewer on the tape.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import ops
+from ..kernels import scalar as _codes
+from ..ops._common import is_scalar
+from .layers import Linear
+from .module import Module
+
+
+def _run_fused(modules: Sequence[Module], x: Any) -> Any:
+    """``x`` through ``modules`` in order, each ``Linear`` (not a subclass)
+    and the activation after it as one ``ops.linear`` where ``_epilogue``
+    allows."""
+    i, n = 0, len(modules)
+    while i < n:
+        module = modules[i]
+        i += 1
+        if type(module) is Linear and i < n:
+            activation = _epilogue(modules[i])
+            if activation is not None:
+                x = ops.linear(x, module.weight, module.bias, *activation)
+                i += 1
+                continue
+        x = module(x)
+    return x
+
+
+def _epilogue(module: Module) -> tuple[str, float] | None:
+    """(activation, negative_slope) for ``ops.linear`` if ``module`` can be fused
+    into the GEMM before it: its class (not a subclass, which may compute
+    something else) names an op in ``_linear_activation`` whose code's record
+    (``kernels/scalar.py``) puts it in the GEMM's epilogue. (The fused codes
+    that keep their pre-activation, GELU's and SiLU's, save only one pass and
+    would change the bias's order of addition, so ``Sequential`` runs them as
+    written.)"""
+    name = type(module).__dict__.get("_linear_activation")
+    code = _codes.ACTIVATIONS.get(name)
+    if code is None or code not in _codes.EPILOGUE:
+        return None
+    if code != _codes.LEAKY_RELU:
+        return name, 0.0
+    slope = module.negative_slope
+    return (name, slope) if is_scalar(slope) and slope >= 0 else None
