@@ -230,7 +230,18 @@ def _module_file(package_dir: str, dotted: str) -> str | None:
     return None
 
 
-def _relative_imports(path: str) -> set[str]:
+def _relative_imports(path: str) -> frozenset[str]:
+    """``_parsed_imports`` of ``path`` as it is now (parsed again only once
+    it changes: every ``cache=True`` kernel asks at its decoration)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return frozenset()
+    return _parsed_imports(path, st.st_mtime, st.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed_imports(path: str, mtime: float, size: int) -> frozenset[str]:
     """The numbagrad kernel files ``path`` imports relatively at its top level
     (``from .x import y``, ``from .. import scalar``: a name that is a module
     counts as its file), leaving out package ``__init__.py`` files (device
@@ -240,7 +251,7 @@ def _relative_imports(path: str) -> set[str]:
         with open(path, "rb") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
-        return set()
+        return frozenset()
     found = set()
     for node in tree.body:
         if not isinstance(node, ast.ImportFrom) or node.level == 0:
@@ -255,8 +266,8 @@ def _relative_imports(path: str) -> set[str]:
             sub = _module_file(here, f"{node.module}.{alias.name}" if node.module
                                else alias.name)
             found.add(sub if sub is not None else own)   # else a name defined in ``own``
-    return {f for f in found if f is not None and f != path
-            and os.path.basename(f) != "__init__.py"}
+    return frozenset(f for f in found if f is not None and f != path
+                     and os.path.basename(f) != "__init__.py")
 
 
 @functools.lru_cache(maxsize=None)

@@ -183,14 +183,33 @@ def test_each_binary_record_runs_on_every_cpu_path(name):
                                                    a3, b3), err_msg=f"{name} binary_nd")
 
 
-@pytest.mark.parametrize("threaded", [False, True])
-def test_the_epilogue_applies_each_epilogue_record(threaded):
-    cpu = kernels.get("cpu")
-    rng = np.random.default_rng(3)
-    x, w, bias = rng.normal(size=(5, 3)), rng.normal(size=(4, 3)), rng.normal(size=4)
-    fn = cpu.linear_mt if threaded else cpu.linear
-    for code in sorted(scalar.EPILOGUE):
-        out = np.empty((5, 4))
-        fn(x, w, bias, out, True, code, 0.25)
-        want = _reference(lambda v, q: scalar.unary(code, v, q), x @ w.T + bias, p=0.25)
-        np.testing.assert_allclose(out, want, rtol=1e-13, err_msg=scalar.UNARY[code].name)
+def test_a_kernel_cache_stamp_follows_the_kernel_files_it_imports(tmp_path, monkeypatch):
+    # Numba checks a cached kernel against its own file only; numbagrad's
+    # stamp covers the kernel files it imports, so an edited record recompiles
+    # the kernels that compile it in, and nothing else.
+    import os
+    import shutil
+
+    from numbagrad import _cache
+    assert _cache.numba_cache_stamped
+    root = tmp_path / "numbagrad"
+    shutil.copytree(os.path.dirname(ng.__file__), root,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(_cache, "_PACKAGE", str(root))
+    kernels_dir = root / "kernels"
+    elementwise, conv = kernels_dir / "cpu" / "elementwise.py", kernels_dir / "cpu" / "conv.py"
+    before = {f: _cache.dependency_stamp(str(f)) for f in (elementwise, conv)}
+    assert None not in before.values()
+    # a copied tree keeps its stamps (paths count relative to the package)
+    monkeypatch.setattr(_cache, "_PACKAGE", os.path.dirname(ng.__file__))
+    assert _cache.dependency_stamp(os.path.join(_cache._PACKAGE, "kernels", "cpu",
+                                                "elementwise.py")) == before[elementwise]
+    monkeypatch.setattr(_cache, "_PACKAGE", str(root))
+    with open(kernels_dir / "scalar.py", "a") as f:
+        f.write("\n# an edited record\n")
+    assert _cache.dependency_stamp(str(elementwise)) != before[elementwise]
+    assert _cache.dependency_stamp(str(conv)) == before[conv]      # conv never sees scalar.py
+    with open(kernels_dir / "__init__.py", "a") as f:              # plumbing: no kernel code
+        f.write("\n# an edited registry\n")
+    assert _cache.dependency_stamp(str(conv)) == before[conv]
+    assert _cache.dependency_stamp(str(tmp_path / "elsewhere.py")) is None
