@@ -20,7 +20,7 @@ installed only where that class looks as expected, else Numba is left as is.
 
 And it makes a kernel's cache follow the files it calls into
 (``stamp_numba_cache``): Numba checks a cached function against its own
-source file only, so an edit to a formula record in ``kernels/scalar.py``
+source file only, so an edit to a formula record in ``kernels/codes.py``
 (whose dispatch ladders the kernels compile in) left every kernel of
 ``kernels/cpu/elementwise.py`` running its old code. For the package's own
 files the stamp Numba compares also covers every numbagrad module the file
@@ -243,7 +243,7 @@ def _relative_imports(path: str) -> frozenset[str]:
 @functools.lru_cache(maxsize=None)
 def _parsed_imports(path: str, mtime: float, size: int) -> frozenset[str]:
     """The numbagrad kernel files ``path`` imports relatively at its top level
-    (``from .x import y``, ``from .. import scalar``: a name that is a module
+    (``from .x import y``, ``from .. import codes``: a name that is a module
     counts as its file), leaving out package ``__init__.py`` files (device
     tables and plumbing, never code a kernel compiles in) and imports inside
     functions."""
@@ -262,7 +262,7 @@ def _parsed_imports(path: str, mtime: float, size: int) -> frozenset[str]:
         if not here.startswith(_PACKAGE):
             continue
         own = _module_file(here, node.module or "")
-        for alias in node.names:     # from .. import scalar: the module scalar
+        for alias in node.names:     # from .. import codes: the module codes
             sub = _module_file(here, f"{node.module}.{alias.name}" if node.module
                                else alias.name)
             found.add(sub if sub is not None else own)   # else a name defined in ``own``

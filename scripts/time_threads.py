@@ -27,7 +27,7 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 from numbagrad.kernels import cpu as k  # noqa: E402
-from numbagrad.kernels import scalar as S  # noqa: E402
+from numbagrad.kernels import codes as S  # noqa: E402
 from numbagrad.kernels.cpu import optim  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
-from numbagrad.kernels import scalar as S
+from numbagrad.kernels import codes as S
 
 k = ng.kernels.get("cpu")
 SHAPES = [(2, 6), (5, 8), (9, 13)]   # (2, 6) float64 reproduced the mse fallback

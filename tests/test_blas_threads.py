@@ -116,7 +116,7 @@ def test_linear_and_bgemm_twins_match_their_serial_kernels():
         x = rng.standard_normal((m, k)).astype(np.float32)
         w = rng.standard_normal((n, k)).astype(np.float32)
         bias = rng.standard_normal(n).astype(np.float32)
-        from numbagrad.kernels import scalar as codes
+        from numbagrad.kernels import codes
         for code in (codes.IDENT, codes.RELU, codes.TANH):
             for has_bias in (0, 1):
                 serial, twin = np.empty((m, n), np.float32), np.empty((m, n), np.float32)

@@ -268,7 +268,7 @@ def test_kernels_compile_to_ptx_for_hopper_and_ampere():
 # ------------------------------------------------- the op kernels, odd shapes
 @pytest.mark.parametrize("dt", DTYPES, ids=["f32", "f64"])
 def test_op_kernels_agree_with_cpu_on_odd_shapes(both, dt):
-    from numbagrad.kernels import scalar as codes
+    from numbagrad.kernels import codes
     cpu, gpu = both
     rng = np.random.default_rng(9)
     tol = TOL[dt]

@@ -1,4 +1,4 @@
-"""Dispatch over op codes is generated from the records (``kernels/scalar.py``'s
+"""Dispatch over op codes is generated from the records (``kernels/codes.py``'s
 ``UNARY`` and ``BINARY``, ``kernels/dispatch.py``): every record reaches every
 kernel path, an unknown code raises on every path of both devices, and the
 sets the rest of the package reads are derived from the records."""
@@ -10,11 +10,11 @@ import pytest
 
 import numbagrad as ng
 from numbagrad import kernels
-from numbagrad.kernels import dispatch, scalar
+from numbagrad.kernels import dispatch, codes
 from numbagrad.kernels.cpu import vmath
 
-UNARY_NAMES = [r.name for r in scalar.UNARY]
-BINARY_NAMES = [r.name for r in scalar.BINARY]
+UNARY_NAMES = [r.name for r in codes.UNARY]
+BINARY_NAMES = [r.name for r in codes.BINARY]
 # the codes whose formulas want x > 0 (log, sqrt, ...): chosen by name
 POSITIVE = {"log", "sqrt", "rdiv_s", "pow"}
 
@@ -26,28 +26,28 @@ def _kern(device):
 
 
 def test_the_records_give_the_constants_and_the_sets():
-    for records in (scalar.UNARY, scalar.BINARY):
+    for records in (codes.UNARY, codes.BINARY):
         assert len({r.name for r in records}) == len(records)
         for code, r in enumerate(records):
             assert getattr(scalar, r.name.upper()) == code
-    assert scalar.N_UNARY == len(scalar.UNARY) and scalar.N_BINARY == len(scalar.BINARY)
-    assert scalar.CHEAP_UNARY == {c for c, r in enumerate(scalar.UNARY) if r.cheap}
-    assert scalar.FAST32 == {c for c, r in enumerate(scalar.UNARY) if r.fast32}
-    assert scalar.ACTIVATIONS == {r.name: c for c, r in enumerate(scalar.UNARY) if r.fuse}
-    assert scalar.EPILOGUE == {scalar.IDENT} | {c for c in scalar.ACTIVATIONS.values()
-                                                if scalar.UNARY[c].grad_from_output}
-    assert scalar.PRE_KEPT == set(scalar.ACTIVATIONS.values()) - scalar.EPILOGUE
+    assert codes.N_UNARY == len(codes.UNARY) and codes.N_BINARY == len(codes.BINARY)
+    assert codes.CHEAP_UNARY == {c for c, r in enumerate(codes.UNARY) if r.cheap}
+    assert codes.FAST32 == {c for c, r in enumerate(codes.UNARY) if r.fast32}
+    assert codes.ACTIVATIONS == {r.name: c for c, r in enumerate(codes.UNARY) if r.fuse}
+    assert codes.EPILOGUE == {codes.IDENT} | {c for c in codes.ACTIVATIONS.values()
+                                                if codes.UNARY[c].grad_from_output}
+    assert codes.PRE_KEPT == set(codes.ACTIVATIONS.values()) - codes.EPILOGUE
 
 
 def test_the_fast_forms_are_exactly_the_records_that_ask():
     fast = {n[len("fast_"):-len("_grad")] if n.endswith("_grad") else n[len("fast_"):]
             for n in vars(vmath) if n.startswith("fast_")}
-    assert fast == {scalar.UNARY[c].name for c in scalar.FAST32}
+    assert fast == {codes.UNARY[c].name for c in codes.FAST32}
 
 
 def test_the_memory_bound_unary_codes_are_the_cheap_records():
     cpu = kernels.get("cpu")
-    for code, r in enumerate(scalar.UNARY):
+    for code, r in enumerate(codes.UNARY):
         assert cpu.memory_bound("unary", (code,)) == r.cheap, r.name
         assert cpu.memory_bound("unary_backward", (code,)) == r.cheap, r.name
 
@@ -68,7 +68,7 @@ def test_a_ladder_is_plain_source_with_a_raise():
 def _unknown_calls(kern, device, x, out):
     """(what, thunk) for every kernel path that takes an elementwise code, each
     given a code no record has."""
-    nu, nb = scalar.N_UNARY, scalar.N_BINARY
+    nu, nb = codes.N_UNARY, codes.N_BINARY
     x3 = kern.from_host(np.ones((2, 3, 2)))
     o3 = kern.from_host(np.zeros((2, 3, 2)))
     calls = {
@@ -108,11 +108,11 @@ def test_every_path_refuses_an_unknown_code(device):
             thunk()
         for array in written:      # nothing written
             assert not kernels.to_host(kern, array).any(), what
-    for fn in (scalar.unary, scalar.unary_grad, scalar.binary, scalar.binary_grad_a,
-               scalar.binary_grad_b):
+    for fn in (codes.unary, codes.unary_grad, codes.binary, codes.binary_grad_a,
+               codes.binary_grad_b):
         args = (1.0,) * (len(inspect.signature(fn).parameters) - 1)
         with pytest.raises(ValueError, match="unknown op code"):
-            fn(scalar.N_UNARY if "unary" in fn.__name__ else scalar.N_BINARY, *args)
+            fn(codes.N_UNARY if "unary" in fn.__name__ else codes.N_BINARY, *args)
 
 
 def _inputs(name, dtype, shape=(5, 7)):
@@ -137,7 +137,7 @@ def test_each_unary_record_runs_on_every_cpu_path(name, dtype):
     code = UNARY_NAMES.index(name)
     p = 1.5 if name not in ("softplus",) else 2.0
     x = _inputs(name, dtype)
-    y_ref = _reference(lambda v, q: scalar.unary(code, v, q), x, p=p)
+    y_ref = _reference(lambda v, q: codes.unary(code, v, q), x, p=p)
     tol = dict(rtol=1e-13, atol=1e-14) if dtype == np.float64 else dict(rtol=2e-6, atol=1e-6)
     for fn in (cpu.unary, cpu.unary_mt):
         y = np.empty_like(x)
@@ -150,7 +150,7 @@ def test_each_unary_record_runs_on_every_cpu_path(name, dtype):
                                err_msg=f"{name} unary_nd")
     y = y_ref.astype(dtype)
     g = _inputs("g", dtype)
-    d_ref = g * _reference(lambda v, w, q: scalar.unary_grad(code, v, w, q), x, y, p=p)
+    d_ref = g * _reference(lambda v, w, q: codes.unary_grad(code, v, w, q), x, y, p=p)
     for fn in (cpu.unary_backward, cpu.unary_backward_mt):
         d = np.empty_like(x)
         fn(code, x, y, g, d, 0.0, dtype(p))
@@ -163,14 +163,14 @@ def test_each_binary_record_runs_on_every_cpu_path(name):
     code = BINARY_NAMES.index(name)
     a, b = _inputs("a", np.float64), np.abs(_inputs("bb", np.float64)) + 0.5
     b[0, :3] = a[0, :3]                                   # ties (maximum/minimum)
-    want = _reference(lambda u, v: scalar.binary(code, u, v), a, b)
+    want = _reference(lambda u, v: codes.binary(code, u, v), a, b)
     for fn in (cpu.binary, cpu.binary_mt):
         out = np.empty_like(a)
         fn(code, a, b, out)
         np.testing.assert_array_equal(out, want, err_msg=f"{name} {fn.__name__}")
     g = _inputs("g", np.float64)
-    da_ref = g * _reference(lambda u, v: scalar.binary_grad_a(code, u, v), a, b)
-    db_ref = g * _reference(lambda u, v: scalar.binary_grad_b(code, u, v), a, b)
+    da_ref = g * _reference(lambda u, v: codes.binary_grad_a(code, u, v), a, b)
+    db_ref = g * _reference(lambda u, v: codes.binary_grad_b(code, u, v), a, b)
     for fn in (cpu.binary_backward, cpu.binary_backward_mt):
         da, db = np.empty_like(a), np.empty_like(b)
         fn(code, a, b, g, da, 0.0, True, db, 0.0, True)
@@ -179,7 +179,7 @@ def test_each_binary_record_runs_on_every_cpu_path(name):
     a3, b3 = a[:4].reshape(2, 2, 7), b[:4].reshape(2, 2, 7).transpose(1, 0, 2)
     out3 = np.empty((2, 2, 7))
     cpu.binary_nd(code, a3, b3, out3)
-    np.testing.assert_array_equal(out3, _reference(lambda u, v: scalar.binary(code, u, v),
+    np.testing.assert_array_equal(out3, _reference(lambda u, v: codes.binary(code, u, v),
                                                    a3, b3), err_msg=f"{name} binary_nd")
 
 
@@ -205,10 +205,10 @@ def test_a_kernel_cache_stamp_follows_the_kernel_files_it_imports(tmp_path, monk
     assert _cache.dependency_stamp(os.path.join(_cache._PACKAGE, "kernels", "cpu",
                                                 "elementwise.py")) == before[elementwise]
     monkeypatch.setattr(_cache, "_PACKAGE", str(root))
-    with open(kernels_dir / "scalar.py", "a") as f:
+    with open(kernels_dir / "codes.py", "a") as f:
         f.write("\n# an edited record\n")
     assert _cache.dependency_stamp(str(elementwise)) != before[elementwise]
-    assert _cache.dependency_stamp(str(conv)) == before[conv]      # conv never sees scalar.py
+    assert _cache.dependency_stamp(str(conv)) == before[conv]      # conv never sees codes.py
     with open(kernels_dir / "__init__.py", "a") as f:              # plumbing: no kernel code
         f.write("\n# an edited registry\n")
     assert _cache.dependency_stamp(str(conv)) == before[conv]

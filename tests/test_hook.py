@@ -12,7 +12,7 @@ import pytest
 
 import numbagrad as ng
 from numbagrad import kernels
-from numbagrad.kernels import scalar as S
+from numbagrad.kernels import codes as S
 
 PACKAGE = pathlib.Path(ng.__file__).parent
 # what only numbagrad.kernels' entry points may touch on a device module

@@ -189,14 +189,14 @@ def test_compile_is_bit_identical_to_eager(tmp_path):
 
 
 def test_an_unknown_loss_code_is_an_error():
-    from numbagrad.kernels import scalar
+    from numbagrad.kernels import codes
     with pytest.raises(ValueError, match="unknown loss code"):
-        scalar.loss_term(scalar.N_LOSS, 1.0, 0.0, 1.0)
+        codes.loss_term(codes.N_LOSS, 1.0, 0.0, 1.0)
     with pytest.raises(ValueError, match="unknown loss code"):
-        scalar.loss_term_grad(scalar.N_LOSS, 1.0, 0.0, 1.0)
+        codes.loss_term_grad(codes.N_LOSS, 1.0, 0.0, 1.0)
     dev = cuda_dev()
     kern = ng.kernels.get("cuda")
     x, out = kern.from_host(np.ones(3)), kern.from_host(np.zeros(3))
-    with pytest.raises(ValueError, match=f"loss_terms: unknown op code {scalar.N_LOSS}"):
-        ng.kernels.call(kern, "loss_terms", 0, scalar.N_LOSS, x, x, out, False, 1.0, 0.0)
+    with pytest.raises(ValueError, match=f"loss_terms: unknown op code {codes.N_LOSS}"):
+        ng.kernels.call(kern, "loss_terms", 0, codes.N_LOSS, x, x, out, False, 1.0, 0.0)
     assert not dev.host(out).any()

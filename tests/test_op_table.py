@@ -11,7 +11,7 @@ import pytest
 
 import numbagrad as ng
 from numbagrad import kernels
-from numbagrad.kernels import scalar
+from numbagrad.kernels import codes
 from numbagrad.ops.table import ACTIVATIONS, OPS, UFUNCS
 
 NAMES = [op.name for op in OPS]
@@ -68,7 +68,7 @@ def test_numpy_ufuncs_run_the_op_on_the_tape(ufunc):
 
 
 def test_linear_activations_are_the_fused_records():
-    assert ACTIVATIONS == {r.name: c for c, r in enumerate(scalar.UNARY) if r.fuse}
+    assert ACTIVATIONS == {r.name: c for c, r in enumerate(codes.UNARY) if r.fuse}
     by_name = {op.name: op for op in OPS}
     for name, code in ACTIVATIONS.items():   # each names its op's row and code
         assert by_name[name].code == code
@@ -80,17 +80,17 @@ def test_linear_activations_are_the_fused_records():
 
 
 def test_the_records_name_their_codes_and_derive_the_sets():
-    for c, r in enumerate(scalar.UNARY):
+    for c, r in enumerate(codes.UNARY):
         assert getattr(scalar, r.name.upper()) == c
-    assert scalar.N_UNARY == len(scalar.UNARY)
-    assert scalar.CHEAP_UNARY == {c for c, r in enumerate(scalar.UNARY) if r.cheap}
-    assert scalar.EPILOGUE | scalar.PRE_KEPT == set(ACTIVATIONS.values()) | {scalar.IDENT}
-    assert not scalar.EPILOGUE & scalar.PRE_KEPT
+    assert codes.N_UNARY == len(codes.UNARY)
+    assert codes.CHEAP_UNARY == {c for c, r in enumerate(codes.UNARY) if r.cheap}
+    assert codes.EPILOGUE | codes.PRE_KEPT == set(ACTIVATIONS.values()) | {codes.IDENT}
+    assert not codes.EPILOGUE & codes.PRE_KEPT
 
 
 def _linear_reference(code, x, w, b, p):
     pre = x @ w.T + b
-    return np.array([[scalar.unary(code, v, p) for v in row] for row in pre])
+    return np.array([[codes.unary(code, v, p) for v in row] for row in pre])
 
 
 @pytest.mark.parametrize("threaded", [False, True])
@@ -100,11 +100,11 @@ def test_the_cpu_epilogue_applies_every_epilogue_code(threaded):
     rng = np.random.default_rng(0)
     x, w, b = rng.normal(size=(5, 3)), rng.normal(size=(4, 3)), rng.normal(size=4)
     fn = cpu.linear_mt if threaded else cpu.linear
-    for code in sorted(scalar.EPILOGUE):
+    for code in sorted(codes.EPILOGUE):
         out = np.empty((5, 4))
         fn(x, w, b, out, True, code, 0.25)
         np.testing.assert_allclose(out, _linear_reference(code, x, w, b, 0.25), rtol=1e-12,
-                                   err_msg=scalar.UNARY[code].name)
+                                   err_msg=codes.UNARY[code].name)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -116,7 +116,7 @@ def test_linear_refuses_a_code_outside_its_epilogue(device):
     x = kern.from_host(np.ones((2, 3)))
     w = kern.from_host(np.ones((4, 3)))
     b = kern.from_host(np.ones(4))
-    for code in sorted(set(range(scalar.N_UNARY + 1)) - scalar.EPILOGUE):
+    for code in sorted(set(range(codes.N_UNARY + 1)) - codes.EPILOGUE):
         out = kern.from_host(np.zeros((2, 4)))
         with pytest.raises(ValueError, match="unknown epilogue code"):
             kernels.call(kern, "linear", 0, x, w, b, out, True, code, 0.0)
@@ -125,7 +125,7 @@ def test_linear_refuses_a_code_outside_its_epilogue(device):
         out = np.zeros((64, 64))
         with pytest.raises(ValueError, match="unknown epilogue code"):
             kern.linear_mt(np.ones((64, 1100)), np.ones((64, 1100)), np.ones(64), out, True,
-                           scalar.GELU, 0.0)
+                           codes.GELU, 0.0)
         assert not out.any()
 
 
@@ -151,10 +151,10 @@ def test_an_unknown_code_is_an_error_not_another_op(device):
     kern = kernels.get(device)
     x = kern.from_host(np.ones((2, 3)))
     out = kern.from_host(np.zeros((2, 3)))
-    calls = [("unary", (scalar.N_UNARY, x, out, 0.0, 1.0, 0.0)),
-             ("unary_backward", (scalar.N_UNARY, x, x, x, out, 0.0, 0.0)),
-             ("binary", (scalar.N_BINARY, x, x, out)),
-             ("binary_backward", (scalar.N_BINARY, x, x, x, out, 0.0, True, out, 0.0, True))]
+    calls = [("unary", (codes.N_UNARY, x, out, 0.0, 1.0, 0.0)),
+             ("unary_backward", (codes.N_UNARY, x, x, x, out, 0.0, 0.0)),
+             ("binary", (codes.N_BINARY, x, x, out)),
+             ("binary_backward", (codes.N_BINARY, x, x, x, out, 0.0, True, out, 0.0, True))]
     for name, args in calls:
         with pytest.raises(ValueError, match="unknown op code"):
             kernels.call(kern, name, 0, *args)
@@ -163,8 +163,8 @@ def test_an_unknown_code_is_an_error_not_another_op(device):
 
 def test_scalar_chains_end_in_an_error():
     with pytest.raises(ValueError, match="unknown op code"):
-        scalar.unary(scalar.N_UNARY, 1.0, 0.0)
+        codes.unary(codes.N_UNARY, 1.0, 0.0)
     with pytest.raises(ValueError, match="unknown op code"):
-        scalar.binary_grad_b(scalar.N_BINARY, 1.0, 2.0)
+        codes.binary_grad_b(codes.N_BINARY, 1.0, 2.0)
     with pytest.raises(ValueError, match="unknown loss code"):
-        scalar.pointwise_loss(scalar.N_POINTWISE, 1.0, 0.0)
+        codes.pointwise_loss(codes.N_POINTWISE, 1.0, 0.0)

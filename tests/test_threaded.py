@@ -14,7 +14,7 @@ import pytest
 
 import numbagrad as ng
 from numbagrad.kernels import cpu, cuda
-from numbagrad.kernels import scalar as S
+from numbagrad.kernels import codes as S
 from numbagrad.kernels.cpu import _threads
 
 SPAN = _threads.SPAN

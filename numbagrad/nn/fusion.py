@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import ops
-from ..kernels import scalar as _codes
+from ..kernels import codes
 from ..ops._common import is_scalar
 from .layers import Linear
 from .module import Module
@@ -37,15 +37,15 @@ def _epilogue(module: Module) -> tuple[str, float] | None:
     """(activation, negative_slope) for ``ops.linear`` if ``module`` can be fused
     into the GEMM before it: its class (not a subclass, which may compute
     something else) names an op in ``_linear_activation`` whose code's record
-    (``kernels/scalar.py``) puts it in the GEMM's epilogue. (The fused codes
+    (``kernels/codes.py``) puts it in the GEMM's epilogue. (The fused codes
     that keep their pre-activation, GELU's and SiLU's, save only one pass and
     would change the bias's order of addition, so ``Sequential`` runs them as
     written.)"""
     name = type(module).__dict__.get("_linear_activation")
-    code = _codes.ACTIVATIONS.get(name)
-    if code is None or code not in _codes.EPILOGUE:
+    code = codes.ACTIVATIONS.get(name)
+    if code is None or code not in codes.EPILOGUE:
         return None
-    if code != _codes.LEAKY_RELU:
+    if code != codes.LEAKY_RELU:
         return name, 0.0
     slope = module.negative_slope
     return (name, slope) if is_scalar(slope) and slope >= 0 else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import buffers, kernels
-from ..kernels import scalar as codes
+from ..kernels import codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from . import elementwise as ew

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import buffers, kernels
-from ..kernels import scalar as codes
+from ..kernels import codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import (broadcast_shape, is_scalar, ones, operand, pair, reshaped, result,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
-from ..kernels import scalar as codes
+from ..kernels import codes
 from ..kernels.cpu.losses import first_bad_label, label_message
 from ..tape import Node, _Backward, output
 from ..tape import _state as _tape_state

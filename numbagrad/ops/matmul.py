@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import buffers, kernels
-from ..kernels import scalar as codes
+from ..kernels import codes
 from ..tape import Node, _Backward, output
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
@@ -281,7 +281,7 @@ def _call_untyped(kern: Any, name: str, size: int, key: Any, *args: Any) -> None
 
 # ------------------------------------------------------------------ linear
 # linear's activations, name -> kernel code: the unary codes whose record
-# (kernels/scalar.py) says ``fuse``. The GEMM's epilogue applies those whose
+# (kernels/codes.py) says ``fuse``. The GEMM's epilogue applies those whose
 # gradient is a function of the output; for the others (``codes.PRE_KEPT``)
 # the GEMM writes the pre-activation, which the backward needs, and one
 # unary pass applies the activation.

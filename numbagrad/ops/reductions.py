@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
-from ..kernels import scalar as codes
+from ..kernels import codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import (axes_of, broadcast_into, contiguous, describe, mean_scale, ones, operand,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import scalar as codes
+from ..kernels import codes
 from ..tensor import Tensor
 from . import conv, pool   # convolution and pooling
 from . import elementwise as ew
@@ -30,13 +30,13 @@ from . import attention, norm   # normalisation and attention
 class Op:
     """One public op.
 
-    ``code``: its kernel code (``kernels/scalar.py``), for the ops that have
+    ``code``: its kernel code (``kernels/codes.py``), for the ops that have
     one (an op made by ``unary_op`` brings its own). ``method``: also a
     Tensor method of the same name (``x.relu()``).
     ``operators``: the Tensor operators that run it; a reflected one
     (``__radd__``) passes the tensor second. ``numpy``: the NumPy ufuncs
     that run it on a tensor. (Whether ``linear(..., activation=name)``
-    applies it is its code's record in ``kernels/scalar.py``.) ``torch``:
+    applies it is its code's record in ``kernels/codes.py``.) ``torch``:
     the PyTorch expression the tests compare it with, in the names
     ``torch``, ``F`` (functional) and the inputs ``a``, ``b`` (a string: the
     package never imports PyTorch).
@@ -64,13 +64,13 @@ class Op:
 
 
 def unary_op(name: str, doc: str) -> Callable[[Any], Tensor]:
-    """The op ``name(x)`` of the unary record ``name`` (``kernels/scalar.py``):
+    """The op ``name(x)`` of the unary record ``name`` (``kernels/codes.py``):
     one ``unary`` kernel forward, one ``unary_backward`` backward, on every
     device. Its row below makes it public, so a new code is its record and
     its row (``docs/adding_an_op.md``)."""
     names = [r.name for r in codes.UNARY]
     if name not in names:
-        raise ValueError(f"unary_op: no unary record named {name!r} in kernels/scalar.py "
+        raise ValueError(f"unary_op: no unary record named {name!r} in kernels/codes.py "
                          f"(known: {names})")
     code = names.index(name)
 
@@ -223,7 +223,7 @@ OPS: tuple[Op, ...] = (
     # (three inputs and a mask, which the table's torch cases do not take: tests/test_attention.py)
     Op("scaled_dot_product_attention", attention.scaled_dot_product_attention),
 
-    # --- elementwise codes made from their records (kernels/scalar.py)
+    # --- elementwise codes made from their records (kernels/codes.py)
     Op("erf", unary_op("erf", "The error function elementwise (PyTorch's torch.erf; its "
                                  "gradient 2 / sqrt(pi) exp(-x^2) is 0 at +-inf)."),
        method=True, torch="torch.erf(a)"),

@@ -96,7 +96,7 @@ def memory_bound(name: str, args: tuple) -> bool:
     # libm or, for float32's GELU, vmath's polynomials). Imported here, not at
     # the top: the kernels' cache stamps follow this module's imports, and the
     # threading helpers do not depend on the records (``numbagrad._cache``).
-    from ..scalar import CHEAP_UNARY
+    from ..codes import CHEAP_UNARY
     return (name == "unary" or name == "unary_backward") and args[0] in CHEAP_UNARY
 
 

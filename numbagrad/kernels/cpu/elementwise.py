@@ -24,9 +24,9 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit, prange
 
-from .. import dispatch, elements, scalar
+from .. import dispatch, bodies, codes
 from ._threads import SPAN, _cast_like
-# scalar.unary/unary_grad, with vectorisable forms for float32 (vmath's docstring)
+# codes.unary/unary_grad, with vectorisable forms for float32 (vmath's docstring)
 from .vmath import EXACT
 from .vmath import unary as _unary
 from .vmath import unary_grad as _unary_grad
@@ -35,7 +35,7 @@ _binary = EXACT["binary"]
 _binary_grad_a = EXACT["binary_grad_a"]
 _binary_grad_b = EXACT["binary_grad_b"]
 _reduced_grad = njit(error_model="numpy", inline="always")(
-    elements.reduced_grad(_binary_grad_a, _binary_grad_b))
+    bodies.reduced_grad(_binary_grad_a, _binary_grad_b))
 
 
 @njit(cache=True, error_model="numpy")
@@ -156,7 +156,7 @@ def _known(code, count):
 
 _BLOCK = "r0, r1, c0, c1"
 _unary_block = _ladder("_unary_block", _unary_loop, f"x, out, p, alpha, beta, {_BLOCK}",
-                       scalar.N_UNARY)
+                       codes.N_UNARY)
 
 
 @njit(cache=True, error_model="numpy")
@@ -173,7 +173,7 @@ def unary(code, x, out, p, alpha, beta):
 @njit(cache=True, error_model="numpy", parallel=True)
 def unary_mt(code, x, out, p, alpha, beta):
     """``unary`` on threads: the same blocks, shared among them."""
-    _known(code, scalar.N_UNARY)
+    _known(code, codes.N_UNARY)
     pc, ac, bc = _cast_like(out, p), _cast_like(out, alpha), _cast_like(out, beta)
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -192,7 +192,7 @@ def _unary_backward_loop(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
 
 
 _unary_backward_block = _ladder("_unary_backward_block", _unary_backward_loop,
-                                f"x, y, gout, dest, beta, p, {_BLOCK}", scalar.N_UNARY)
+                                f"x, y, gout, dest, beta, p, {_BLOCK}", codes.N_UNARY)
 
 
 @njit(cache=True, error_model="numpy")
@@ -210,7 +210,7 @@ def unary_backward(code, x, y, gout, dest, beta, p):
 @njit(cache=True, error_model="numpy", parallel=True)
 def unary_backward_mt(code, x, y, gout, dest, beta, p):
     """``unary_backward`` on threads: the same blocks, shared among them."""
-    _known(code, scalar.N_UNARY)
+    _known(code, codes.N_UNARY)
     bc, pc = _cast_like(dest, beta), _cast_like(dest, p)
     rows, cols = dest.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -240,7 +240,7 @@ def _binary_loop(code, a, b, out, r0, r1, c0, c1):
             o[j] = _binary(code, ar[0 if ba1 else j], br[0 if bb1 else j])
 
 
-_binary_block = _ladder("_binary_block", _binary_loop, f"a, b, out, {_BLOCK}", scalar.N_BINARY)
+_binary_block = _ladder("_binary_block", _binary_loop, f"a, b, out, {_BLOCK}", codes.N_BINARY)
 
 
 @njit(cache=True, error_model="numpy")
@@ -256,7 +256,7 @@ def binary(code, a, b, out):
 @njit(cache=True, error_model="numpy", parallel=True)
 def binary_mt(code, a, b, out):
     """``binary`` on threads: the same blocks, shared among them."""
-    _known(code, scalar.N_BINARY)
+    _known(code, codes.N_BINARY)
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
     for t in prange(nr * nc):
@@ -290,9 +290,9 @@ def _binary_backward_loop(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
 
 # a's gradient over one block of d, and b's
 _grad_a_block = _ladder("_grad_a_block", _binary_backward_loop,
-                        f"a, b, gout, d, beta, {_BLOCK}", scalar.N_BINARY, lead="0, ")
+                        f"a, b, gout, d, beta, {_BLOCK}", codes.N_BINARY, lead="0, ")
 _grad_b_block = _ladder("_grad_b_block", _binary_backward_loop,
-                        f"a, b, gout, d, beta, {_BLOCK}", scalar.N_BINARY, lead="1, ")
+                        f"a, b, gout, d, beta, {_BLOCK}", codes.N_BINARY, lead="1, ")
 
 
 @njit(error_model="numpy", inline="always")
@@ -331,7 +331,7 @@ def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
 @njit(cache=True, error_model="numpy", parallel=True)
 def binary_backward_mt(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
     """``binary_backward`` on threads: the same tasks, shared among them."""
-    _known(code, scalar.N_BINARY)
+    _known(code, codes.N_BINARY)
     ba, bb = _cast_like(da, beta_a), _cast_like(db, beta_b)
     grid_a, grid_b = _grid(da.shape[0], da.shape[1]), _grid(db.shape[0], db.shape[1])
     tasks_a = grid_a[2] * grid_a[3] if need_a else 0

@@ -1,4 +1,4 @@
-"""CPU kernels of issue 17's losses: per-element terms (``scalar.loss_term``:
+"""CPU kernels of issue 17's losses: per-element terms (``codes.loss_term``:
 L1, smooth L1, Huber, binary cross-entropy) with a parameter, and the
 negative log-likelihood of integer targets; each either per element (the
 "none" reduction) or summed in float64 and scaled, and its backward."""
@@ -9,11 +9,11 @@ __all__ = ["loss_terms", "loss_terms_backward", "nll", "nll_backward"]
 
 from numba import njit
 
-from .. import scalar
+from .. import codes
 
-_term = njit(scalar.loss_term)
-_term_grad = njit(scalar.loss_term_grad)
-_term_grad_target = njit(scalar.loss_term_grad_target)
+_term = njit(codes.loss_term)
+_term_grad = njit(codes.loss_term_grad)
+_term_grad_target = njit(codes.loss_term_grad_target)
 
 
 @njit(cache=True, error_model="numpy")

@@ -17,11 +17,11 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .. import scalar
+from .. import codes
 from ._threads import SPAN, _cast_like
 
-_term = njit(scalar.pointwise_loss)
-_term_grad = njit(scalar.pointwise_loss_grad)
+_term = njit(codes.pointwise_loss)
+_term_grad = njit(codes.pointwise_loss_grad)
 
 
 @njit(inline="always")
@@ -94,7 +94,7 @@ def _pointwise_span(code, p, t, g, s, lo, hi):
 @njit(cache=True, error_model="numpy")
 def pointwise_loss(code, pred, target, loss_out, grad_out, scale):
     """loss_out[()] = scale * sum(term(pred, target)); grad_out = scale *
-    d term / d pred. ``code`` is a loss code of ``kernels.scalar`` (``BCE_LOGITS``)."""
+    d term / d pred. ``code`` is a loss code of ``kernels.codes`` (``BCE_LOGITS``)."""
     p, t, g = pred.ravel(), target.ravel(), grad_out.ravel()
     s = _cast_like(grad_out, scale)
     n = p.size

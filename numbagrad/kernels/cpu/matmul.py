@@ -14,7 +14,7 @@ import numpy as np
 from numba import cfunc, njit, prange, types
 from numba.core.extending import get_cython_function_address
 
-from .. import dispatch, scalar
+from .. import dispatch, codes
 from . import vmath
 from ._threads import num_threads
 
@@ -171,12 +171,12 @@ def _epilogue(code, out, bias, has_bias, p):
                 out[i, j] = _unary(code, out[i, j], p)
 
 
-_EPILOGUE = tuple(sorted(scalar.EPILOGUE))
+_EPILOGUE = tuple(sorted(codes.EPILOGUE))
 # one loop per code, the code a constant in each (see elementwise.py): the
-# codes are scalar.EPILOGUE's, and any other raises (``linear`` checks first,
+# codes are codes.EPILOGUE's, and any other raises (``linear`` checks first,
 # so nothing is written then)
 _apply_epilogue = njit(error_model="numpy")(dispatch.ladder(
-    "_apply_epilogue", "out, bias, has_bias, p", sorted(scalar.EPILOGUE - {scalar.IDENT}),
+    "_apply_epilogue", "out, bias, has_bias, p", sorted(codes.EPILOGUE - {codes.IDENT}),
     "_epilogue({code}, out, bias, has_bias, p)", {"_epilogue": _epilogue},
     "linear: unknown epilogue code"))
 
@@ -192,7 +192,7 @@ def _check_epilogue(code):
 @njit(cache=True, error_model="numpy")
 def linear(x, w, bias, out, has_bias, code, p):
     """out = f(x @ w.T + bias), PyTorch's F.linear then the activation ``code``
-    (a unary code of ``scalar.EPILOGUE``, IDENT for none, with parameter
+    (a unary code of ``codes.EPILOGUE``, IDENT for none, with parameter
     ``p``). Without an activation the bias is
     broadcast into ``out`` and one GEMM adds the product with beta=1; with
     one, the GEMM writes ``out`` and a single epilogue pass adds the bias and
@@ -206,7 +206,7 @@ def _linear_block(x, w, bias, out, has_bias, code, p, direct, ldc):
     # ``direct``: a block of linear_mt (rows of x and out, or rows of w and
     # columns of out, ldc apart), its product one BLAS call on this thread
     beta = 0.0
-    if code == scalar.IDENT and has_bias:
+    if code == codes.IDENT and has_bias:
         for i in range(out.shape[0]):
             for j in range(out.shape[1]):
                 out[i, j] = bias[j]
@@ -215,7 +215,7 @@ def _linear_block(x, w, bias, out, has_bias, code, p, direct, ldc):
         _blas(x, w, out, False, True, 1.0, beta, x.shape[1], w.shape[1], ldc)
     else:
         gemm(x, w, out, False, True, 1.0, beta)
-    if code != scalar.IDENT:
+    if code != codes.IDENT:
         _apply_epilogue(code, out, bias, has_bias, p)
 
 

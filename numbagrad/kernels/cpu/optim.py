@@ -26,7 +26,7 @@ from numba import njit, prange
 # The package, partly initialised while it imports this module: _threaded
 # reads its MT_MIN at call time, the threshold the op layer reads too.
 from .. import cpu as _package
-from .. import elements
+from .. import bodies
 # CHUNK: elements per parallel task; also the unit of sumsq's fixed order.
 # (boundary.py imports _cast_like from here.)
 from ._threads import CHUNK, _cast_like
@@ -146,7 +146,7 @@ def sgd_update(w, g, v, seg, live, lr, momentum, scale, weight_decay=0.0) -> Non
 
 
 # ---------------------------------------------------------------- Adam
-_adam_element = njit(error_model="numpy", inline="always")(elements.adam_element)
+_adam_element = njit(error_model="numpy", inline="always")(bodies.adam_element)
 
 
 @njit(cache=True, error_model="numpy")

@@ -1,6 +1,6 @@
 """CPU kernels of the axis reductions (max/min, argmax/argmin, logsumexp,
 var/std, cumsum): each array viewed as (outer, n, inner) after collapsing,
-one lane x[o, :, i] at a time with the bodies in ``kernels.elements``
+one lane x[o, :, i] at a time with the bodies in ``kernels.bodies``
 (shared with CUDA, so the devices agree). Serial: no ``_mt`` twins yet.
 """
 from __future__ import annotations
@@ -11,16 +11,16 @@ __all__ = ["cumsum", "extrema", "extrema_backward", "logsumexp", "logsumexp_back
 
 from numba import njit
 
-from .. import elements
+from .. import bodies
 
 _inline = njit(error_model="numpy", inline="always")
-_extrema_lane = _inline(elements.extrema_lane)
-_extrema_backward_lane = _inline(elements.extrema_backward_lane)
-_logsumexp_lane = _inline(elements.logsumexp_lane)
-_logsumexp_backward_lane = _inline(elements.logsumexp_backward_lane)
-_variance_lane = _inline(elements.variance_lane)
-_variance_backward_lane = _inline(elements.variance_backward_lane)
-_cumsum_lane = _inline(elements.cumsum_lane)
+_extrema_lane = _inline(bodies.extrema_lane)
+_extrema_backward_lane = _inline(bodies.extrema_backward_lane)
+_logsumexp_lane = _inline(bodies.logsumexp_lane)
+_logsumexp_backward_lane = _inline(bodies.logsumexp_backward_lane)
+_variance_lane = _inline(bodies.variance_lane)
+_variance_backward_lane = _inline(bodies.variance_backward_lane)
+_cumsum_lane = _inline(bodies.cumsum_lane)
 
 
 @njit(cache=True, error_model="numpy")

@@ -13,7 +13,7 @@ import math
 
 from numba import njit, prange
 
-from .. import elements
+from .. import bodies
 from ._threads import SPAN, _cast_like
 
 
@@ -68,7 +68,7 @@ def softmax_mt(x, out, axis, log):
 
 
 _softmax_backward_lane = njit(error_model="numpy", inline="always")(
-    elements.softmax_backward_lane)
+    bodies.softmax_backward_lane)
 
 
 @njit(cache=True, error_model="numpy")

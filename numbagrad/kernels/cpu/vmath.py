@@ -11,11 +11,11 @@ erfc approximation's 1.2e-7 relative, Numerical Recipes' ``erfcc``) is
 below the result's rounding. float64 arrays keep libm's exact functions.
 
 ``unary(code, x, p)`` and ``unary_grad(code, x, y, p)`` stand in for
-``scalar.unary``/``unary_grad`` in the loops: for a float32 ``x`` they pick
+``codes.unary``/``unary_grad`` in the loops: for a float32 ``x`` they pick
 the fast form of the codes whose record asks for one (``fast32``: this
 module's ``fast_<name>`` and ``fast_<name>_grad``), and otherwise are the
 exact formulas. ``EXACT`` holds the CPU's compiled dispatchers over the
-records (``scalar.dispatchers``), which the other kernel modules use.
+records (``codes.dispatchers``), which the other kernel modules use.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from .. import scalar
+from .. import codes
 
 
 
@@ -146,8 +146,8 @@ def fast_gelu_grad(x, y, p):
 
 def _fast_forms() -> dict:
     forms = {}
-    for code in sorted(scalar.FAST32):
-        name = scalar.UNARY[code].name
+    for code in sorted(codes.FAST32):
+        name = codes.UNARY[code].name
         try:
             forms[code] = (globals()[f"fast_{name}"], globals()[f"fast_{name}_grad"])
         except KeyError:
@@ -159,19 +159,19 @@ def _fast_forms() -> dict:
 
 # The CPU's dispatchers over the records: libm's exact formulas, and the
 # same with the fast forms (float32 arrays' unary and unary_grad).
-EXACT = scalar.dispatchers(njit)
-_FAST = scalar.dispatchers(njit, _fast_forms())
+EXACT = codes.dispatchers(njit)
+_FAST = codes.dispatchers(njit, _fast_forms())
 _exact_unary, _exact_unary_grad = EXACT["unary"], EXACT["unary_grad"]
 _fast_unary, _fast_unary_grad = _FAST["unary"], _FAST["unary_grad"]
 
 
 def unary(code, x, p):
-    """``scalar.unary``, with the fast forms for a float32 ``x``."""
+    """``codes.unary``, with the fast forms for a float32 ``x``."""
     return _exact_unary(code, x, p)
 
 
 def unary_grad(code, x, y, p):
-    """``scalar.unary_grad``, with the fast forms for a float32 ``x``."""
+    """``codes.unary_grad``, with the fast forms for a float32 ``x``."""
     return _exact_unary_grad(code, x, y, p)
 
 

@@ -12,16 +12,16 @@ __all__ = ["axpby", "binary", "binary_backward", "fill", "scaled_add", "sum_to",
 
 from numba import cuda, float64, int32, int64, types
 
-from .. import elements, scalar
+from .. import bodies, codes
 from ._core import (THREADS, Config, array_type, block_total, checked_code, flat, grid, kernel,
                     launch, sums)
 
-# the records' dispatchers, compiled for the device (scalar.dispatchers)
-_DEVICE = scalar.dispatchers(cuda.jit(device=True))
+# the records' dispatchers, compiled for the device (codes.dispatchers)
+_DEVICE = codes.dispatchers(cuda.jit(device=True))
 _unary, _unary_grad = _DEVICE["unary"], _DEVICE["unary_grad"]
 _binary = _DEVICE["binary"]
 _binary_grad_a, _binary_grad_b = _DEVICE["binary_grad_a"], _DEVICE["binary_grad_b"]
-_reduced_grad = cuda.jit(device=True)(elements.reduced_grad(_binary_grad_a, _binary_grad_b))
+_reduced_grad = cuda.jit(device=True)(bodies.reduced_grad(_binary_grad_a, _binary_grad_b))
 
 
 def _a2(dt):
@@ -212,7 +212,7 @@ def scaled_add(g, x, beta, y) -> None:
 
 def unary(code, x, out, p, alpha, beta) -> None:
     """See ``kernels.cpu.unary``."""
-    code = checked_code("unary", code, scalar.N_UNARY)
+    code = checked_code("unary", code, codes.N_UNARY)
     if out.size:
         dt = out.dtype.type
         launch("unary", out.dtype, grid(out.size), THREADS, int(code), x, out, dt(p), dt(alpha),
@@ -221,7 +221,7 @@ def unary(code, x, out, p, alpha, beta) -> None:
 
 def unary_backward(code, x, y, gout, dest, beta, p) -> None:
     """See ``kernels.cpu.unary_backward``."""
-    code = checked_code("unary_backward", code, scalar.N_UNARY)
+    code = checked_code("unary_backward", code, codes.N_UNARY)
     if dest.size:
         launch("unary_backward", dest.dtype, grid(dest.size), THREADS, int(code), x, y, gout,
                dest, float(beta), dest.dtype.type(p))
@@ -229,14 +229,14 @@ def unary_backward(code, x, y, gout, dest, beta, p) -> None:
 
 def binary(code, a, b, out) -> None:
     """See ``kernels.cpu.binary``."""
-    code = checked_code("binary", code, scalar.N_BINARY)
+    code = checked_code("binary", code, codes.N_BINARY)
     if out.size:
         launch("binary", out.dtype, grid(out.size), THREADS, int(code), a, b, out)
 
 
 def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b) -> None:
     """See ``kernels.cpu.binary_backward``."""
-    code = checked_code("binary_backward", code, scalar.N_BINARY)
+    code = checked_code("binary_backward", code, codes.N_BINARY)
     n = (da.size if need_a else 0) + (db.size if need_b else 0)
     if n:
         launch("binary_backward", gout.dtype, grid(n), THREADS, int(code), a, b, gout, da,

@@ -9,13 +9,13 @@ __all__ = ["loss_terms", "loss_terms_backward", "nll", "nll_backward"]
 
 from numba import cuda, float64, int32, int64, types
 
-from .. import scalar
+from .. import codes
 from ._core import (THREADS, Config, array_type, block_total, checked_code, grid, kernel,
                     launch, sums)
 
-_term = cuda.jit(device=True)(scalar.loss_term)
-_term_grad = cuda.jit(device=True)(scalar.loss_term_grad)
-_term_grad_target = cuda.jit(device=True)(scalar.loss_term_grad_target)
+_term = cuda.jit(device=True)(codes.loss_term)
+_term_grad = cuda.jit(device=True)(codes.loss_term_grad)
+_term_grad_target = cuda.jit(device=True)(codes.loss_term_grad_target)
 
 
 def _a(dt, ndim=1):
@@ -130,7 +130,7 @@ def _nll_backward_source(config: Config, dtype):
 # ------------------------------------------------------------ launchers
 def loss_terms(code, x, t, out, reduce, scale, p) -> None:
     """See ``kernels.cpu.loss_terms``."""
-    code = checked_code("loss_terms", code, scalar.N_LOSS)
+    code = checked_code("loss_terms", code, codes.N_LOSS)
     dt = out.dtype.type
     if reduce:
         launch("loss_terms_sum", out.dtype, grid(x.size), THREADS, code, x, t, out, float(scale),
@@ -141,7 +141,7 @@ def loss_terms(code, x, t, out, reduce, scale, p) -> None:
 
 def loss_terms_backward(code, x, t, gout, dest, scale, p, beta, target) -> None:
     """See ``kernels.cpu.loss_terms_backward``."""
-    code = checked_code("loss_terms_backward", code, scalar.N_LOSS)
+    code = checked_code("loss_terms_backward", code, codes.N_LOSS)
     if x.size:
         launch("loss_terms_backward", dest.dtype, grid(x.size), THREADS, code, x, t, gout, dest,
                float(scale), dest.dtype.type(p), float(beta), bool(target))

@@ -21,13 +21,13 @@ import math
 import numpy as np
 from numba import cuda, float64, int32, int64
 
-from .. import scalar
+from .. import codes
 from ..cpu.losses import label_message
 from ._core import (THREADS, Config, array_type, block_total, checked_code, flat, grid,
                     index_flag, index_flag_raised, kernel, launch, sums, to_host)
 
-_term = cuda.jit(device=True)(scalar.pointwise_loss)
-_term_grad = cuda.jit(device=True)(scalar.pointwise_loss_grad)
+_term = cuda.jit(device=True)(codes.pointwise_loss)
+_term_grad = cuda.jit(device=True)(codes.pointwise_loss_grad)
 
 
 def _scratch_types():
@@ -173,7 +173,7 @@ def mse(pred, target, loss_out, resid_out, scale) -> None:
 
 def pointwise_loss(code, pred, target, loss_out, grad_out, scale) -> None:
     """See ``kernels.cpu.pointwise_loss``."""
-    code = checked_code("pointwise_loss", code, scalar.N_POINTWISE)
+    code = checked_code("pointwise_loss", code, codes.N_POINTWISE)
     launch("pointwise_loss", pred.dtype, grid(pred.size), THREADS, int(code),
            flat(pred), flat(target), loss_out, flat(grad_out), float(scale), *sums())
 

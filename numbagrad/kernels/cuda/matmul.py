@@ -5,7 +5,7 @@ __all__ = ["bgemm", "gemm", "linear"]   # the kernels this module registers
 
 from numba import cuda, int64, types
 
-from .. import scalar
+from .. import codes
 from ._core import TILE, WPT, Config, array_type, empty, kernel, launch
 from .elementwise import _unary
 
@@ -90,7 +90,7 @@ def _gemm_source(config: Config, dtype):
                         v += beta * out[r, c]
                     if has_bias:
                         v += bias[c]
-                    out[r, c] = v if code == scalar.IDENT else _unary(code, v, p)
+                    out[r, c] = v if code == codes.IDENT else _unary(code, v, p)
 
     return gemm_kernel
 
@@ -139,7 +139,7 @@ def _bgemm_source(config: Config, dtype):
 _no_bias: dict = {}   # dtype -> a one-element array passed when there is no bias
 
 
-def _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, bias, code=scalar.IDENT,
+def _launch_gemm(a, b, out, trans_a, trans_b, alpha, beta, bias, code=codes.IDENT,
                  p=0.0) -> None:
     m, n = out.shape
     if m == 0 or n == 0:
@@ -164,10 +164,10 @@ def gemm(a, b, out, trans_a, trans_b, alpha, beta) -> None:
 def linear(x, w, bias, out, has_bias, code, p) -> None:
     """out = f(x @ w.T + bias): one GEMM launch, the bias and the activation
     ``code`` (see ``kernels.cpu.linear``) applied in its epilogue. Any code
-    outside ``scalar.EPILOGUE`` raises on the host, before the launch."""
-    if code not in scalar.EPILOGUE:
+    outside ``codes.EPILOGUE`` raises on the host, before the launch."""
+    if code not in codes.EPILOGUE:
         raise ValueError(f"linear: unknown epilogue code {code} (known: "
-                         f"{sorted(scalar.EPILOGUE)})")
+                         f"{sorted(codes.EPILOGUE)})")
     _launch_gemm(x, w, out, False, True, 1.0, 0.0, bias if has_bias else None, code, p)
 
 

@@ -13,10 +13,10 @@ import math
 import numpy as np
 from numba import cuda, float64, int32, int64, uint8
 
-from .. import elements
+from .. import bodies
 from ._core import THREADS, Config, array_type, block_total, grid, kernel, launch, sums
 
-_adam_element = cuda.jit(device=True)(elements.adam_element)
+_adam_element = cuda.jit(device=True)(bodies.adam_element)
 
 
 # The optimizer kernels walk the params (segments) in order, each with its

@@ -1,6 +1,6 @@
 """CUDA kernels of the axis reductions (see ``kernels.cpu.reduce_axis``): one
 thread per lane x[o, :, i] of an (outer, n, inner) view, the lane bodies
-shared with the CPU in ``kernels.elements``; one launch per call."""
+shared with the CPU in ``kernels.bodies``; one launch per call."""
 from __future__ import annotations
 
 # the kernels this module registers
@@ -9,17 +9,17 @@ __all__ = ["cumsum", "extrema", "extrema_backward", "logsumexp", "logsumexp_back
 
 from numba import cuda, float64, int64, types
 
-from .. import elements
+from .. import bodies
 from ._core import THREADS, Config, array_type, grid, kernel, launch
 
 _device = cuda.jit(device=True)
-_extrema_lane = _device(elements.extrema_lane)
-_extrema_backward_lane = _device(elements.extrema_backward_lane)
-_logsumexp_lane = _device(elements.logsumexp_lane)
-_logsumexp_backward_lane = _device(elements.logsumexp_backward_lane)
-_variance_lane = _device(elements.variance_lane)
-_variance_backward_lane = _device(elements.variance_backward_lane)
-_cumsum_lane = _device(elements.cumsum_lane)
+_extrema_lane = _device(bodies.extrema_lane)
+_extrema_backward_lane = _device(bodies.extrema_backward_lane)
+_logsumexp_lane = _device(bodies.logsumexp_lane)
+_logsumexp_backward_lane = _device(bodies.logsumexp_backward_lane)
+_variance_lane = _device(bodies.variance_lane)
+_variance_backward_lane = _device(bodies.variance_backward_lane)
+_cumsum_lane = _device(bodies.cumsum_lane)
 
 
 def _a(dt, ndim):

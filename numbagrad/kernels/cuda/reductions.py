@@ -8,10 +8,10 @@ import math
 
 from numba import cuda, float64, int64, types
 
-from .. import elements
+from .. import bodies
 from ._core import THREADS, Config, array_type, grid, kernel, launch
 
-_softmax_backward_lane = cuda.jit(device=True)(elements.softmax_backward_lane)
+_softmax_backward_lane = cuda.jit(device=True)(bodies.softmax_backward_lane)
 
 
 @kernel("softmax", lambda dt: (array_type(dt, 2, "A"), array_type(dt, 2, "A"), int64,

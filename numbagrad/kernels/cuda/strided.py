@@ -11,7 +11,7 @@ __all__ = ["binary_nd", "binary_nd_backward", "expand_nd", "sum_to_nd", "unary_n
 
 from numba import cuda, float64, int64, types
 
-from .. import scalar
+from .. import codes
 from ._core import THREADS, Config, array_type, checked_code, grid, kernel, launch
 from .elementwise import _binary, _binary_grad_a, _binary_grad_b, _unary, _unary_grad
 
@@ -229,7 +229,7 @@ def sum_to_nd(g, dest, scale, beta) -> None:
 
 def binary_nd(code, a, b, out) -> None:
     """See ``kernels.cpu.binary_nd``."""
-    code = checked_code("binary_nd", code, scalar.N_BINARY)
+    code = checked_code("binary_nd", code, codes.N_BINARY)
     _rank("binary_nd", out)
     if out.size:
         launch(f"binary_nd{MAX_RANK}", out.dtype, grid(out.size), THREADS, int(code), _padded(a),
@@ -238,7 +238,7 @@ def binary_nd(code, a, b, out) -> None:
 
 def unary_nd(code, x, out, p, alpha, beta) -> None:
     """See ``kernels.cpu.unary_nd``."""
-    code = checked_code("unary_nd", code, scalar.N_UNARY)
+    code = checked_code("unary_nd", code, codes.N_UNARY)
     _rank("unary_nd", out)
     if out.size:
         dt = out.dtype.type
@@ -248,7 +248,7 @@ def unary_nd(code, x, out, p, alpha, beta) -> None:
 
 def unary_nd_backward(code, x, y, gout, dest, beta, p) -> None:
     """See ``kernels.cpu.unary_nd_backward``."""
-    code = checked_code("unary_nd_backward", code, scalar.N_UNARY)
+    code = checked_code("unary_nd_backward", code, codes.N_UNARY)
     _rank("unary_nd_backward", dest)
     if dest.size:
         launch(f"unary_nd_backward{MAX_RANK}", dest.dtype, grid(dest.size), THREADS, int(code),
@@ -258,7 +258,7 @@ def unary_nd_backward(code, x, y, gout, dest, beta, p) -> None:
 
 def binary_nd_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b) -> None:
     """See ``kernels.cpu.binary_nd_backward``: one thread per gradient element."""
-    code = checked_code("binary_nd_backward", code, scalar.N_BINARY)
+    code = checked_code("binary_nd_backward", code, codes.N_BINARY)
     _rank("binary_nd_backward", gout)
     n = (da.size if need_a else 0) + (db.size if need_b else 0)
     if n:

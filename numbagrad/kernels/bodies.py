@@ -18,7 +18,7 @@ def reduced_grad(grad_a, grad_b):
     """The element function ``(code, which, a, b, gout, i, j) -> float64``: the sum
     of gout * d(out)/d(operand) over the output elements that read element
     (i, j) of operand ``which`` (0: ``a``, 1: ``b``), both broadcast to
-    ``gout``'s shape. ``grad_a``/``grad_b`` are ``scalar.binary_grad_a``/``_b``
+    ``gout``'s shape. ``grad_a``/``grad_b`` are ``codes.binary_grad_a``/``_b``
     as compiled for the device."""
     def reduced_grad(code, which, a, b, gout, i, j):
         src = a if which == 0 else b
