@@ -29,7 +29,7 @@ def test_the_records_give_the_constants_and_the_sets():
     for records in (codes.UNARY, codes.BINARY):
         assert len({r.name for r in records}) == len(records)
         for code, r in enumerate(records):
-            assert getattr(scalar, r.name.upper()) == code
+            assert getattr(codes, r.name.upper()) == code
     assert codes.N_UNARY == len(codes.UNARY) and codes.N_BINARY == len(codes.BINARY)
     assert codes.CHEAP_UNARY == {c for c, r in enumerate(codes.UNARY) if r.cheap}
     assert codes.FAST32 == {c for c, r in enumerate(codes.UNARY) if r.fast32}

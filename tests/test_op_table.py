@@ -81,7 +81,7 @@ def test_linear_activations_are_the_fused_records():
 
 def test_the_records_name_their_codes_and_derive_the_sets():
     for c, r in enumerate(codes.UNARY):
-        assert getattr(scalar, r.name.upper()) == c
+        assert getattr(codes, r.name.upper()) == c
     assert codes.N_UNARY == len(codes.UNARY)
     assert codes.CHEAP_UNARY == {c for c, r in enumerate(codes.UNARY) if r.cheap}
     assert codes.EPILOGUE | codes.PRE_KEPT == set(ACTIVATIONS.values()) | {codes.IDENT}

@@ -2,7 +2,7 @@
 
 What one CUDA thread computes is what one iteration of a CPU loop computes,
 so it is written once here and compiled by ``kernels/cpu`` with ``njit`` and
-by ``kernels/cuda`` with ``cuda.jit(device=True)`` (as ``scalar``'s formulas
+by ``kernels/cuda`` with ``cuda.jit(device=True)`` (as ``codes``' formulas
 are). The devices only differ in how they walk the elements: blocks of
 them on the CPU, a grid-stride loop on CUDA. Each caller passes operands in
 the dtype it computes in, so float32 stays float32 and the sums below, which
