@@ -413,38 +413,43 @@ EPILOGUE = frozenset({IDENT} | {c for c in ACTIVATIONS.values()    # noqa: F821 
 PRE_KEPT = frozenset(ACTIVATIONS.values()) - EPILOGUE
 
 
-def dispatchers(jit: Callable, fast: Mapping[int, tuple[Callable, Callable]] | None = None
-                ) -> dict[str, Callable]:
+def dispatchers(jit: Callable, jit_formula: Callable | None = None) -> dict[str, Callable]:
     """``unary(code, x, p)``, ``unary_grad(code, x, y, p)``, ``binary(code, a,
     b)``, ``binary_grad_a`` and ``binary_grad_b`` for one device: ladders
     generated from the records (``dispatch.ladder``) over each record's
     functions compiled by ``jit``, the whole ladder compiled by ``jit`` too.
-    ``fast``: code -> (forward, grad), already compiled, in place of that
-    record's (vmath's float32 forms). An unknown code raises ValueError.
-    With a constant code (a kernel's loop inlined per code) the compiler
-    folds the ladder to that one branch."""
-    fast = dict(fast or {})
+    An unknown code raises ValueError. With a constant code (a kernel's loop
+    inlined per code) the compiler folds the ladder to that one branch."""
     compiled: dict[Callable, Any] = {}     # a formula shared by codes is compiled once
-    names: dict[str, Any] = {}
-    ladders = []
+    out = {}
     for kind, records, fields in (("unary", UNARY, ("forward", "grad")),
                                   ("binary", BINARY, ("forward", "grad_a", "grad_b"))):
-        for k, field in enumerate(fields):
+        for field in fields:
             fn = f"{kind}{'' if field == 'forward' else '_' + field}"
+            names = {}
             for c, r in enumerate(records):
                 f = getattr(r, field)
-                if kind == "unary" and c in fast:
-                    own = fast[c][k]
-                else:
-                    own = compiled[f] = compiled.get(f) or jit(f)
-                names[f"_{fn}_{c}"] = own
+                names[f"_{fn}_{c}"] = compiled[f] = compiled.get(f) or (jit_formula or jit)(f)
             params = ("x, p" if field == "forward" else "x, y, p") if kind == "unary" else "a, b"
-            ladders.append((fn, params, len(records)))
+            out[fn] = jit(dispatch.ladder(fn, params, range(len(records)),
+                                          f"return _{fn}_{{code}}({params})", names,
+                                          f"{fn}: unknown op code"))
+    return out
+
+
+def with_fast_forms(jit: Callable, exact: Mapping[str, Callable],
+                    fast: Mapping[int, tuple[Callable, Callable]]) -> dict[str, Callable]:
+    """``unary`` and ``unary_grad`` that run ``fast``'s (forward, grad) for its
+    codes (compiled already: vmath's float32 forms) and hand every other code
+    to ``exact``'s (``dispatchers``): a short ladder, so a loop that inlines
+    it with a constant code stays small."""
     out = {}
-    for fn, params, count in ladders:
-        out[fn] = jit(dispatch.ladder(fn, params, range(count),
-                                      f"return _{fn}_{{code}}({params})", names,
-                                      f"{fn}: unknown op code"))
+    for k, (fn, params) in enumerate((("unary", "x, p"), ("unary_grad", "x, y, p"))):
+        names = {f"_fast_{c}": forms[k] for c, forms in fast.items()}
+        names["_exact"] = exact[fn]
+        out[fn] = jit(dispatch.ladder(fn, params, sorted(fast), f"return _fast_{{code}}({params})",
+                                      names, f"{fn}: unknown op code",
+                                      otherwise=f"return _exact(code, {params})"))
     return out
 
 

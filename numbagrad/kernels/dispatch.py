@@ -20,18 +20,20 @@ _serial = itertools.count()
 
 
 def ladder(name: str, params: str, codes: Iterable[int], body: str,
-           namespace: Mapping[str, Any], error: str) -> Callable:
+           namespace: Mapping[str, Any], error: str, otherwise: str | None = None) -> Callable:
     """A plain Python function ``name(code, <params>)``: for each of ``codes``,
     a branch that runs ``body`` (one statement, ``{code}`` standing for the
-    constant), and a last one that raises ``ValueError(error)``. The names
-    ``body`` uses come from ``namespace``; the caller compiles the function
-    (``njit``, ``cuda.jit(device=True)``) or runs it as it is."""
+    constant), and a last one that raises ``ValueError(error)`` (or, given
+    ``otherwise``, runs that statement: a ladder over some codes that hands
+    the rest on). The names the statements use come from ``namespace``; the
+    caller compiles the function (``njit``, ``cuda.jit(device=True)``) or
+    runs it as it is."""
     lines = [f"def {name}(code{', ' if params else ''}{params}):"]
     for i, code in enumerate(codes):
         lines += [f"    {'if' if i == 0 else 'elif'} code == {int(code)}:",
                   f"        {body.format(code=int(code))}"]
     lines += ["    else:" if len(lines) > 1 else "    if True:",
-              f"        raise ValueError({error!r})"]
+              f"        {otherwise}" if otherwise else f"        raise ValueError({error!r})"]
     source = "\n".join(lines) + "\n"
     filename = f"<numbagrad dispatch {name} {next(_serial)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)

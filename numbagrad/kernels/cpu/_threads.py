@@ -84,6 +84,7 @@ MT_MIN_MEMORY = env_int("NUMBAGRAD_PARALLEL_MIN_MEMORY", 1 << 21) or NEVER
 # kernels whose every call is memory-bound (binary_backward: the add's, the
 # mul's; the broadcast operand's sums take its threaded twin from 2**21 too)
 MEMORY_BOUND = frozenset({"axpby", "scaled_add", "binary", "binary_backward", "mse"})
+_CHEAP: list = []   # [codes.CHEAP_UNARY], once memory_bound has asked
 
 
 def memory_bound(name: str, args: tuple) -> bool:
@@ -92,12 +93,17 @@ def memory_bound(name: str, args: tuple) -> bool:
     ``MT_MIN`` elements only, so it costs small calls nothing)."""
     if name in MEMORY_BOUND:
         return True
-    # unary codes as cheap as a copy (their records' ``cheap``; the others call
-    # libm or, for float32's GELU, vmath's polynomials). Imported here, not at
-    # the top: the kernels' cache stamps follow this module's imports, and the
-    # threading helpers do not depend on the records (``numbagrad._cache``).
-    from ..codes import CHEAP_UNARY
-    return (name == "unary" or name == "unary_backward") and args[0] in CHEAP_UNARY
+    if name != "unary" and name != "unary_backward":
+        return False
+    if not _CHEAP:
+        # unary codes as cheap as a copy (their records' ``cheap``; the others
+        # call libm or, for float32's GELU, vmath's polynomials), read on first
+        # use, not imported at the top: the kernels' cache stamps follow this
+        # module's imports, and the threading helpers do not depend on the
+        # records (``numbagrad._cache``)
+        from ..codes import CHEAP_UNARY
+        _CHEAP.append(CHEAP_UNARY)
+    return args[0] in _CHEAP[0]
 
 
 @intrinsic

@@ -159,8 +159,8 @@ def _fast_forms() -> dict:
 
 # The CPU's dispatchers over the records: libm's exact formulas, and the
 # same with the fast forms (float32 arrays' unary and unary_grad).
-EXACT = codes.dispatchers(njit)
-_FAST = codes.dispatchers(njit, _fast_forms())
+EXACT = codes.dispatchers(njit, njit(inline="always"))
+_FAST = codes.with_fast_forms(njit, EXACT, _fast_forms())
 _exact_unary, _exact_unary_grad = EXACT["unary"], EXACT["unary_grad"]
 _fast_unary, _fast_unary_grad = _FAST["unary"], _FAST["unary_grad"]
 
