@@ -92,9 +92,9 @@ def typed_unchecked(monkeypatch):
     """``kernels.call_typed`` as outside the suite: no CHECK_TYPED, found
     specialisations forgotten, and the hot tables that fill then (which the
     checked suite never fills) emptied before and after."""
-    monkeypatch.setattr(ng.kernels, "CHECK_TYPED", False)
-    monkeypatch.setattr(ng.kernels, "_typed", {})
-    monkeypatch.setattr(ng.kernels, "_typed_signature", {})
+    monkeypatch.setattr(ng.kernels._typed_calls, "CHECK_TYPED", False)
+    monkeypatch.setattr(ng.kernels._typed_calls, "_typed", {})
+    monkeypatch.setattr(ng.kernels._typed_calls, "_typed_signature", {})
     ng.kernels.clear_hot_tables()
     yield
     ng.kernels.clear_hot_tables()

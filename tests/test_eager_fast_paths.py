@@ -8,6 +8,7 @@ import pytest
 
 import numbagrad as ng
 from numbagrad import kernels
+from numbagrad.kernels import _typed_calls
 from test_numpy_api import Calls
 
 
@@ -27,7 +28,7 @@ def test_typed_matches_call_typed(typed_unchecked):
     outs = [np.empty((3, 2)) for _ in range(3)]
     kernels.call_typed(cpu, "gemm", 0, "test-two-steps", a, b, outs[0], 0, 0, 1.0, 0.0)
     fn = kernels.typed(cpu, "gemm", 0, "test-two-steps")
-    assert fn is kernels._typed[(cpu, "gemm", "test-two-steps")]   # the specialisation
+    assert fn is _typed_calls._typed[(cpu, "gemm", "test-two-steps")]   # the specialisation
     fn(a, b, outs[1], 0, 0, 1.0, 0.0)
     kernels.typed(cpu, "gemm", cpu.MT_MIN, "test-two-steps")(a, b, outs[2], 0, 0, 1.0, 0.0)
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
@@ -49,8 +50,8 @@ def test_hot_tables_fill_serve_the_tiny_step_and_empty_under_an_observer(typed_u
             loss = ng.mse_loss(w @ x, y)
         loss.backward()
         losses.append(loss.item())
-    assert hot_gemm[dt] is kernels._typed[(cpu, "gemm", dt)]
-    assert hot_mse[(dt, 2)] is kernels._typed[(cpu, "mse", (dt, 2))]
+    assert hot_gemm[dt] is _typed_calls._typed[(cpu, "gemm", dt)]
+    assert hot_mse[(dt, 2)] is _typed_calls._typed[(cpu, "mse", (dt, 2))]
     resid = w0.astype(np.float64) @ x0 - y0
     tol = 1e-5 if dtype is np.float32 else 1e-12
     np.testing.assert_allclose(losses, [np.mean(resid ** 2)] * 3, rtol=tol)

@@ -39,8 +39,9 @@ def test_as_tensor_refuses_what_it_cannot_share():
 
 
 def test_cuda_that_is_not_usable_says_why(monkeypatch):
-    monkeypatch.setattr(kernels, "_loaded", {"cpu": kernels.get("cpu")})
-    monkeypatch.setattr(kernels, "cuda_unavailable_reason", lambda: "no usable CUDA GPU or driver")
+    monkeypatch.setattr(kernels._registry, "_loaded", {"cpu": kernels.get("cpu")})
+    monkeypatch.setattr(kernels._diagnose, "cuda_unavailable_reason",
+                        lambda: "no usable CUDA GPU or driver")
     with pytest.raises(RuntimeError, match='"cuda" requested but not usable: no usable CUDA'):
         ng.param(np.ones(2), device="cuda")
     with pytest.raises(RuntimeError, match="not usable"):

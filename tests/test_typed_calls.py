@@ -6,6 +6,7 @@ import pytest
 
 import numbagrad as ng
 from numbagrad import kernels
+from numbagrad.kernels import _typed_calls
 
 
 cpu = kernels.get("cpu")
@@ -17,7 +18,7 @@ def test_typed_gemm_runs_the_compiled_specialisation(typed_unchecked):
     outs = [np.empty((3, 2)) for _ in range(3)]
     for out in outs:
         kernels.call_typed(cpu, "gemm", 0, "test-key", a, b, out, 0, 0, 1.0, 0.0)
-    entry = kernels._typed[(cpu, "gemm", "test-key")]
+    entry = _typed_calls._typed[(cpu, "gemm", "test-key")]
     assert entry is not cpu.KERNEL_FNS[0]["gemm"]   # not the dispatcher
     for out in outs:
         np.testing.assert_allclose(out, a @ b, rtol=1e-12)
@@ -28,7 +29,7 @@ def test_a_site_passing_other_types_under_its_key_is_caught():
     out = np.empty((2, 2))
     key = "test-mismatch"
     kernels.call_typed(cpu, "gemm", 0, key, a, b, out, 0, 0, 1.0, 0.0)
-    assert kernels.CHECK_TYPED
+    assert _typed_calls.CHECK_TYPED
     with pytest.raises(TypeError, match="differ from the first call"):
         kernels.call_typed(cpu, "gemm", 0, key, a.astype(np.float32), b.astype(np.float32),
                            out.astype(np.float32), 0, 0, 1.0, 0.0)
@@ -47,9 +48,9 @@ def test_readonly_inputs_share_the_key():
 
 def test_training_is_bit_identical_with_and_without_the_typed_path(monkeypatch, typed_unchecked):
     def train(check: bool):
-        monkeypatch.setattr(kernels, "CHECK_TYPED", check)
-        monkeypatch.setattr(kernels, "_typed", {})
-        monkeypatch.setattr(kernels, "_typed_signature", {})
+        monkeypatch.setattr(_typed_calls, "CHECK_TYPED", check)
+        monkeypatch.setattr(_typed_calls, "_typed", {})
+        monkeypatch.setattr(_typed_calls, "_typed_signature", {})
         kernels.clear_hot_tables()
         rng = np.random.default_rng(3)
         w = ng.param(rng.standard_normal((2, 3)))

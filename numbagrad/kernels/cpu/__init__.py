@@ -3,15 +3,20 @@
 Every kernel writes into an array the caller passes; none allocates a
 parameter-sized result. ``kernels/cuda`` exposes the same names with the
 same signatures, so the op and optimizer layers never branch on the device.
-One module per op family; this one re-exports them with the memory helpers.
+One module per op family, each listing the kernels it registers in
+``__all__`` (the rule is in ``kernels/_registry.py``); this package imports
+them all, binds their kernels here (``cpu.unary``, ``cpu.unary_mt``) beside
+the memory helpers, and registers ``upload`` itself. No import list is kept
+by hand: a new family module is found by its ``__all__``.
 
 A kernel ``foo`` that pays for threads on large arrays has a twin
-``foo_mt`` (``parallel=True``, same signature, same bits);
+``foo_mt`` (``parallel=True``, same signature, same bits) in its module;
 ``kernels.call(kern, "foo", n, ...)`` runs the twin for a call that touches
 n >= ``MT_MIN`` elements (a memory-bound call: ``MT_MIN_MEMORY``; for
 the GEMMs n counts multiply-adds, and their twins split from 2^22). Both
-come from the environment (see ``_threads``). ``KERNELS`` maps every name of ``kernels.NAMES`` to its
-serial and threaded variants; the CUDA module's has the same names.
+come from the environment (see ``_threads``). ``KERNELS`` maps every
+registered name to its serial and threaded variants (``kernels.NAMES`` lists
+them); the CUDA package's has the same names.
 """
 from __future__ import annotations
 
@@ -19,22 +24,8 @@ import operator
 
 import numpy as np
 
+from .. import _registry
 from ._threads import MT_MIN, MT_MIN_MEMORY, memory_bound  # noqa: F401
-from .elementwise import (axpby, axpby_mt, binary, binary_backward,  # noqa: F401
-                          binary_backward_mt, binary_mt, fill, scaled_add, scaled_add_mt,
-                          sum_to, sum_to_mt, unary, unary_backward, unary_backward_mt,
-                          unary_mt)
-from .losses import (cross_entropy, cross_entropy_mt, mse, mse_mt,  # noqa: F401
-                     pointwise_loss, pointwise_loss_mt)
-from .matmul import bgemm, bgemm_mt, gemm, gemm_mt, linear, linear_mt  # noqa: F401
-from .indexing import gather, index_add, index_select, place_nd, scatter_add  # noqa: F401
-from .strided import expand_nd, sum_to_nd  # noqa: F401
-from .reductions import softmax, softmax_backward, softmax_backward_mt, softmax_mt  # noqa: F401
-from .masks import astype, compare, where, where_backward  # noqa: F401
-from .optim import *  # noqa: F401,F403  (every name in optim.__all__)
-from .. import NAMES as _NAMES
-from .. import split as _split
-from .. import table as _table
 
 name = "cpu"
 
@@ -96,32 +87,6 @@ def signature(dispatcher, args: tuple) -> tuple:
 is_c_contiguous = operator.attrgetter("flags.c_contiguous")
 
 
-# Each family's imports under its own heading:
-# N-d strided and fallback kernels
-from .join import concat  # noqa: F401
-from .strided import binary_nd, binary_nd_backward, unary_nd, unary_nd_backward  # noqa: F401
-from .reductions import softmax3, softmax3_backward  # noqa: F401
-from .losses import cross_entropy3  # noqa: F401
-from .indexing import gather_nd, index_add_nd, index_select_nd, scatter_add_nd  # noqa: F401
-
-# activations and reductions
-from .reduce_axis import (cumsum, extrema, extrema_backward, logsumexp,  # noqa: F401
-                          logsumexp_backward, variance, variance_backward)
-from .loss_terms import loss_terms, loss_terms_backward, nll, nll_backward  # noqa: F401
-from .bounds import clamp, clamp_backward  # noqa: F401
-
-# randomness, dropout and embedding
-from .random import dropout, dropout_backward, embedding_backward  # noqa: F401
-
-# convolution and pooling
-from .conv import (adaptive_avg_pool2d, adaptive_avg_pool2d_backward, avg_pool2d,  # noqa: F401
-                   avg_pool2d_backward, col2im, im2col, max_pool2d, max_pool2d_backward)
-
-# normalisation and attention
-from .norm import (batch_norm, batch_norm_backward, group_norm,  # noqa: F401
-                   group_norm_backward)
-from .attention import (attention, attention_backward, attention_backward_mt,  # noqa: F401
-                        attention_mt)
-
-KERNELS = _table(globals(), _NAMES)
-KERNEL_FNS = _split(KERNELS)
+# every family module's kernels (and their _mt twins), bound here
+KERNELS = _registry.register(globals(), own=("upload",))
+KERNEL_FNS = _registry.split(KERNELS)
