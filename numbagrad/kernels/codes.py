@@ -417,9 +417,11 @@ def dispatchers(jit: Callable, jit_formula: Callable | None = None) -> dict[str,
     """``unary(code, x, p)``, ``unary_grad(code, x, y, p)``, ``binary(code, a,
     b)``, ``binary_grad_a`` and ``binary_grad_b`` for one device: ladders
     generated from the records (``dispatch.ladder``) over each record's
-    functions compiled by ``jit``, the whole ladder compiled by ``jit`` too.
-    An unknown code raises ValueError. With a constant code (a kernel's loop
-    inlined per code) the compiler folds the ladder to that one branch."""
+    functions compiled by ``jit_formula`` (default ``jit``; the CPU passes
+    ``njit(inline="always")``, so each ladder is one function, as a written-out
+    chain would be), the whole ladder compiled by ``jit``. An unknown code
+    raises ValueError. With a constant code (a kernel's loop inlined per code)
+    the compiler folds the ladder to that one branch."""
     compiled: dict[Callable, Any] = {}     # a formula shared by codes is compiled once
     out = {}
     for kind, records, fields in (("unary", UNARY, ("forward", "grad")),
