@@ -10,6 +10,7 @@
 """
 from . import _cache  # noqa: F401 (first: settles where Numba caches, before any @njit)
 from . import cuda, nn, optim, random
+from ._defaults import get_default_dtype, set_default_dtype
 from .compile import compile
 from .interop import from_dlpack
 from .kernels import cuda_available
@@ -25,4 +26,5 @@ __version__ = "0.2.0"
 
 __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "backward",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
-           "compile", "manual_seed", "random", "__version__"]
+           "compile", "manual_seed", "random", "set_default_dtype", "get_default_dtype",
+           "__version__"]
