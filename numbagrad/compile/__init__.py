@@ -3,6 +3,7 @@
     step = ng.compile(loss_fn, optimizer=opt)
     for x, y in batches:
         loss = step(x, y)      # forward, backward into .grad, opt.step()
+    predict = ng.compile(model)     # inference: any tensors out, no backward
 
 The first call with a new signature runs ``loss_fn`` eagerly on a tape (so it
 raises exactly what eager mode raises) while every kernel call is recorded;
@@ -51,25 +52,35 @@ class GraphChangedError(RuntimeError):
 
 
 class CompiledStep:
-    """A training micro-step recorded once per signature and replayed.
+    """A training micro-step (or an inference call) recorded once per signature
+    and replayed; see ``compile``.
 
-    Call it like ``fn``: ``loss = step(*args)``. Attributes: ``fn``,
-    ``optimizer``, ``stats`` (one dict per recording: the signature, ``mode``
-    "njit" / "replay" / "eager", ``record_s``, and for "njit" ``codegen_s``,
-    ``jit_s``, ``cache`` ("hit": loaded from Numba's cache, "miss": compiled,
-    "loaded": already in this process), the generated ``module`` and
-    ``fused_update``: whether the optimizer's update runs inside it),
+    Call it like ``fn``: ``loss = step(*args)`` (inference: fn's outputs, as
+    new tensors). Attributes: ``fn``, ``optimizer``, ``backward`` (as given),
+    ``stats`` (one dict per recording: the signature, ``backward`` (whether
+    it is a training step), ``mode`` "njit" / "replay" / "eager",
+    ``record_s``, and for "njit" ``codegen_s``, ``jit_s``, ``cache`` ("hit":
+    loaded from Numba's cache, "miss": compiled, "loaded": already in this
+    process, as for a graph's second batch size), the generated ``module``
+    and ``fused_update``: whether the optimizer's update runs inside it),
     ``signatures`` (the cached ones, oldest first).
     """
 
     def __init__(self, fn: Callable, optimizer: Any = None, *, verify: bool = True,
                  cache_dir: str | None = None, max_signatures: int = MAX_SIGNATURES,
-                 fuse_update: bool = True) -> None:
+                 fuse_update: bool = True, backward: bool | None = None) -> None:
         if not callable(fn):
             raise TypeError(f"ng.compile needs a callable, got {type(fn).__name__}")
         if optimizer is not None and not callable(getattr(optimizer, "step", None)):
             raise TypeError(f"optimizer must have a step() method, got "
                             f"{type(optimizer).__name__}")
+        if backward not in (None, True, False):
+            raise TypeError(f"ng.compile: backward must be None, True or False, got "
+                            f"{backward!r}")
+        if backward is False and optimizer is not None:
+            raise ValueError(f"ng.compile: backward=False (inference) takes no optimizer, "
+                             f"got a {type(optimizer).__name__}")
+        self.backward = backward
         self.fn = fn
         self._optimizer = optimizer
         self._window = _window_of(optimizer)
@@ -96,6 +107,9 @@ class CompiledStep:
         """Another optimizer (or None): every signature records again."""
         if value is not None and not callable(getattr(value, "step", None)):
             raise TypeError(f"optimizer must have a step() method, got {type(value).__name__}")
+        if value is not None and self.backward is False:
+            raise ValueError(f"ng.compile: a step made with backward=False (inference) takes "
+                             f"no optimizer, got a {type(value).__name__}")
         self._optimizer = value
         self._window = _window_of(value)
         self._entries.clear()
@@ -115,7 +129,7 @@ class CompiledStep:
             entry = self._last
             if entry is not None:
                 out = entry.run(args)
-                if type(out) is Tensor:
+                if type(out) is not object:   # not a sentinel: the loss (or the outputs)
                     return out
             else:
                 out = _MISS
@@ -127,16 +141,16 @@ class CompiledStep:
                 self._last = entry
                 self._entries.move_to_end(key)
                 out = entry.run(args)
-                if type(out) is Tensor:
+                if type(out) is not object:
                     return out
                 if out is _MISS:    # the key matched but the runner's guard did not: be safe
-                    return self._eager(args)
+                    return self._eager(args, entry)
             if out is _STALE:
                 return self._record(args, entry.key, None)
             if out is _VERIFY:
                 return self._record(args, entry.key, entry)
             if out is _EAGER:
-                return self._eager(args)
+                return self._eager(args, entry)
             raise RuntimeError(f"ng.compile: internal error, unexpected runner answer {out!r}")
         except BaseException:
             if win is not None:
@@ -153,9 +167,11 @@ class CompiledStep:
         if self._last is not None and self._last.key not in self._entries:
             self._last = None
 
-    def _eager(self, args: tuple) -> Tensor:
+    def _eager(self, args: tuple, entry: _Entry) -> Any:
         with tape.grad_tape():
             loss = self.fn(*args)
+        if not entry.train:
+            return loss
         loss.backward()
         self._step_optimizer()
         return loss
@@ -170,14 +186,23 @@ class CompiledStep:
                 raise TypeError(f"ng.compile: argument {i} is the output of a recorded op; "
                                 f"pass leaf tensors (the graph is recorded inside fn)")
         t0 = time.perf_counter()
+        outputs = pack = None
         with _recording() as rec, _watching() as called:
             with tape.grad_tape():
-                loss = self.fn(*args)
-            if not isinstance(loss, Tensor):
-                raise TypeError(f"ng.compile: fn must return the loss Tensor, got "
-                                f"{type(loss).__name__}")
-            params = _reached_params(loss) if loss._node is not None else []
-            loss.backward()     # eager's errors (not recorded, not one element) as they are
+                result = self.fn(*args)
+            train = self._trains(result, check is None)
+            if train:
+                if not isinstance(result, Tensor):
+                    raise TypeError(f"ng.compile: fn must return the loss Tensor (with an "
+                                    f"optimizer or backward=True), got "
+                                    f"{type(result).__name__}")
+                loss = result
+                params = _reached_params(loss) if loss._node is not None else []
+                loss.backward()  # eager's errors (not recorded, not one element) as they are
+            else:
+                outputs, pack = _flatten(result)
+                loss = outputs[0]
+                params = _reached_params_of(outputs)
         t1 = time.perf_counter()
         watch = _settled(called)
         if rec.host_reads and check is None:
@@ -186,10 +211,11 @@ class CompiledStep:
                           "taken on that value is frozen into the compiled step",
                           RuntimeWarning, stacklevel=3)
         devices = {_device_of(call[2]) for call in rec.calls} - {None}
-        host = loss.device == "cpu" and devices <= {"cpu"}   # else: Python replay
-        reason = ""
+        host = all(t.device == "cpu" for t in outputs or [loss]) and devices <= {"cpu"}
+        reason = ""    # (not host: Python replay)
         try:
-            prog = _analyze(rec, args, loss, params, host)
+            prog = _analyze(rec, args, loss, params, host, outputs)
+            prog.pack = pack
         except Exception as exc:  # noqa: BLE001 (whatever fails, the call itself is done)
             prog, reason = None, _reason(exc)
         if check is not None:
@@ -205,8 +231,9 @@ class CompiledStep:
                     f"choice an argument (each value is its own signature) or run this step "
                     f"eagerly.")
             self._step_optimizer()
-            return loss
-        stat: dict[str, Any] = {"signature": _describe_args(args), "record_s": t1 - t0}
+            return result
+        stat: dict[str, Any] = {"signature": _describe_args(args), "record_s": t1 - t0,
+                                "backward": train}
         entry: _Entry | None = None
         if prog is not None and host:
             try:
@@ -227,6 +254,7 @@ class CompiledStep:
                           f"eagerly for this signature", RuntimeWarning, stacklevel=3)
             entry = _EagerEntry(None, args, key, self)
         entry.watch = watch
+        entry.train = train
         stat["mode"] = entry.mode
         stat["total_s"] = time.perf_counter() - t0
         self.stats.append(stat)
@@ -236,7 +264,24 @@ class CompiledStep:
             self._entries.popitem(last=False)
         self._last = entry
         self._step_optimizer()
-        return loss
+        return result
+
+    def _trains(self, result: Any, warn: bool) -> bool:
+        """Whether this recording is a training step (backward, optimizer) or inference."""
+        if self.backward is not None:
+            return self.backward
+        if self.optimizer is not None:
+            return True
+        if isinstance(result, Tensor) and result._node is not None:
+            if len(result.shape) == 0:
+                return True
+            if result.size == 1 and warn:
+                warnings.warn(f"ng.compile: fn returned a one-element tensor of shape "
+                              f"{result.shape}, not a 0-d loss: it is compiled as inference "
+                              f"(no backward, no gradients); pass backward=True to train on "
+                              f"it (backward=False silences this)", RuntimeWarning,
+                              stacklevel=4)
+        return False
 
     def _njit_entry(self, prog: _Program, args: tuple, key: tuple, stat: dict) -> _NjitEntry:
         t0 = time.perf_counter()
@@ -264,7 +309,8 @@ class CompiledStep:
                 i, dtype = prog.derived[idx]
                 per_call.append(np.ascontiguousarray(args[i], dtype))
         meta = np.array(gen.meta, np.int64)
-        sig = tuple(numba.typeof(a) for a in [meta, *per_call])
+        fmeta = np.array(gen.fmeta, np.float64)
+        sig = tuple(numba.typeof(a) for a in [meta, fmeta, *per_call])
         loaded = sig in fn.overloads
         hits = sum(fn.stats.cache_hits.values())
         try:
@@ -284,6 +330,48 @@ class CompiledStep:
         return _NjitEntry(prog, args, key, self, gen, direct or fn)
 
 
+def _flatten(result: Any) -> tuple[list[Tensor], Callable]:
+    """An inference step's tensors (a Tensor, or tuples, lists and dicts of them,
+    nested) and the function that puts new ones in the same structure."""
+    leaves: list[Tensor] = []
+
+    def walk(x: Any, where: str) -> Callable:
+        if isinstance(x, Tensor):
+            k = len(leaves)
+            leaves.append(x)
+            return lambda ts: ts[k]
+        if isinstance(x, (tuple, list)):
+            parts = [walk(v, f"{where}[{i}]") for i, v in enumerate(x)]
+            kind = type(x)
+            if hasattr(x, "_fields"):     # a named tuple
+                return lambda ts: kind(*[p(ts) for p in parts])
+            return lambda ts: kind([p(ts) for p in parts])
+        if isinstance(x, dict):
+            parts = [(key, walk(v, f"{where}[{key!r}]")) for key, v in x.items()]
+            return lambda ts: {key: p(ts) for key, p in parts}
+        raise TypeError(f"ng.compile: fn must return the loss Tensor or, for inference, "
+                        f"tensors (a Tensor, tuple, list or dict of them); {where} is a "
+                        f"{type(x).__name__}")
+    build = walk(result, "its result")
+    if not leaves:
+        raise TypeError(f"ng.compile: fn returned no tensor ({type(result).__name__} "
+                        f"{result!r}); it must return the loss Tensor or, for inference, "
+                        f"tensors")
+    return leaves, build
+
+
+def _reached_params_of(outputs: list[Tensor]) -> list[Tensor]:
+    """The params an inference step's outputs were computed from, first seen first."""
+    params: list[Tensor] = []
+    seen: set[int] = set()
+    for t in outputs:
+        for p in _reached_params(t) if t._node is not None else []:
+            if id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    return params
+
+
 def _reason(exc: Exception) -> str:
     if isinstance(exc, _Unsupported):
         return str(exc)
@@ -291,14 +379,30 @@ def _reason(exc: Exception) -> str:
 
 
 def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
-            cache_dir: str | None = None, fuse_update: bool = True) -> CompiledStep:
-    """Record ``fn``'s training step once per signature and replay it compiled.
+            cache_dir: str | None = None, fuse_update: bool = True,
+            backward: bool | None = None) -> CompiledStep:
+    """Record ``fn``'s training step (or inference) once per signature and replay it compiled.
 
     ``step = ng.compile(fn)``; ``loss = step(*args)`` does what
     ``with ng.grad_tape(): loss = fn(*args)`` then ``loss.backward()`` does
     (gradients added into every reached param's ``.grad``) and returns the
     loss tensor. With ``optimizer=opt`` it then calls ``opt.step()``, so one
     call is a whole micro-step, the window's update included.
+
+    **Training or inference.** With an optimizer (or ``backward=True``)
+    ``fn`` must return the scalar loss Tensor; a non-scalar one raises
+    eager mode's ``backward`` error. Without an optimizer, a 0-d Tensor
+    recorded on the tape is a loss (backward, as above) and anything else
+    is inference: ``fn`` may return a Tensor of any shape or a tuple, list
+    or dict of tensors (nested), and ``step(*args)`` returns the same
+    structure holding new tensors with the values
+    ``with ng.grad_tape(): fn(*args)`` computes, off the tape (they hold no
+    graph, unlike eager's); no backward runs and no ``.grad`` changes.
+    ``backward=False`` makes any result inference (an evaluation loss) and
+    takes no optimizer. A one-element non-0-d result (shape ``(1,)``) is
+    inference too, with a warning (``backward=`` says which is meant).
+    PyTorch's ``torch.compile`` compiles any function alike; here the
+    backward is part of the step, hence the rule.
 
     **Signatures.** A signature is each argument's shape, strides, dtype and
     device (a tensor's ``requires_grad`` too; Python numbers by value). The
@@ -314,6 +418,9 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     an attribute set again: a param, submodule or setting replaced), unless
     ``fn`` makes that change itself; that signature then records anew (a
     mode switched and switched back before the next call changes nothing).
+    A new batch size is a new signature: it records, but the generated code
+    it reaches is the one already compiled (see **Cache**), so a ragged last
+    batch costs one eager-speed call, not a compile.
 
     **What is captured.** Only kernels. Python code in ``fn`` runs on the
     recording call only: control flow that depends on tensor values
@@ -339,9 +446,12 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     **Cache.** The generated module is written to ``cache_dir`` (default
     ``$NUMBAGRAD_CACHE_DIR`` or ``~/.cache/numbagrad``, subfolder
     ``compiled``) under a hash of its source, so Numba's ``cache=True`` lets
-    a later process skip compiling it. The source holds no addresses, shapes
-    or kernels (they are data), so graphs of the same form share it: a new
-    batch size records again but compiles nothing. ``step.stats`` reports
+    a later process skip compiling it. The source holds no addresses, shapes,
+    offsets, kernels or scalar arguments (integers in an int64 array, floats
+    such as a mean's 1/N in a float64 one, passed bit for bit), so graphs of
+    the same form share it: a new batch size records again but compiles
+    nothing (``cache`` "loaded"), unless the new shapes make eager mode call
+    other kernels or overloads (a different graph). ``step.stats`` reports
     each recording's record, codegen and jit time and the cache outcome. The
     folder must be this user's own with mode 0700 (created so); any other one
     (someone else's, group- or world-writable, a symlink, not writable) is
@@ -374,4 +484,4 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     recording holds a global lock.
     """
     return CompiledStep(fn, optimizer, verify=verify, cache_dir=cache_dir,
-                        fuse_update=fuse_update)
+                        fuse_update=fuse_update, backward=backward)

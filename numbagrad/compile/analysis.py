@@ -46,6 +46,8 @@ class _Program:
         self.derived: list[tuple[int, Any]] = []   # "der": (arg index, dtype) host copies
         self.derived_shapes: list[tuple] = []
         self.loss: _Ref | None = None
+        self.outputs: list[_Ref] | None = None   # inference: the returned tensors' arrays
+        self.pack: Callable | None = None        # inference: output tensors -> fn's structure
         # host integers of an argument that an op range-checked, checked again on
         # every call: (ref, low, high, exclude, allow), valid values lying in
         # [low, high) and other than exclude, or equal to allow (exclude=high
@@ -71,9 +73,10 @@ def _desc(a: Any) -> tuple:
 
 
 def _analyze(rec: _Recording, args: tuple, loss: Tensor, params: list[Tensor],
-             host_owner: bool) -> _Program:
+             host_owner: bool, outputs: list[Tensor] | None = None) -> _Program:
     """Resolve every array of the recording to a root. ``host_owner``: CPU
-    arrays are grouped by their owning buffer (for the generated code)."""
+    arrays are grouped by their owning buffer (for the generated code).
+    ``outputs``: an inference step's returned tensors (``loss`` is the first)."""
     prog = _Program()
     prog.params = params
     inputs: list[tuple[int, Any, int, int]] = []
@@ -144,6 +147,8 @@ def _analyze(rec: _Recording, args: tuple, loss: Tensor, params: list[Tensor],
         prog.originals.append((cargs, kwargs))
     prog.temps = rec.temps
     prog.loss = ref(loss._data)
+    if outputs is not None:
+        prog.outputs = [ref(t._data) for t in outputs]
     prog.kern = loss._kern
     # what the ops checked of the arguments' integers (indices, labels; on CUDA
     # the host arrays they uploaded): a replay checks each call's values again
@@ -181,6 +186,9 @@ def _compare(old: _Program, new: _Program, args: tuple) -> str | None:
                     f"{_call_text(new.calls[n])}")
     if len(a) != len(b):
         return (f"the step made {len(a)} kernel calls when recorded and {len(b)} now")
+    if (old.outputs is None) != (new.outputs is None) or old.outputs is not None and [
+            r.desc() for r in old.outputs] != [r.desc() for r in new.outputs]:
+        return "it returns different tensors"
     if [id(p) for p in old.params] != [id(p) for p in new.params]:
         return "it reaches a different set of params"
     for k, (x, y) in enumerate(zip(old.fixed, new.fixed)):

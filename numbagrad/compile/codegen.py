@@ -4,7 +4,8 @@ How arrays reach the generated function: op outputs become slices of one
 flat arena per dtype that the compiled step owns; params, gradient
 accumulators and other persistent arrays are reached through their owning
 buffer's address, and the arguments' arrays are passed in. The generated
-function therefore takes one int64 ``meta`` array (addresses, shapes, flags)
+function therefore takes one int64 ``meta`` array (addresses, shapes,
+offsets, flags), one float64 ``fmeta`` array (the kernels' float arguments)
 plus one array per argument, so a call unboxes a handful of arrays however
 big the graph.
 """
@@ -28,8 +29,13 @@ from .intrinsics import _type_text
 _ALIGN = 64   # bytes between arena slots
 
 
-def _scalar_expr(value: Any, meta: list) -> str:
-    """Source for a kernel's scalar argument, typed as eager mode types it."""
+def _scalar_expr(value: Any, meta: list, fmeta: list) -> str:
+    """Source for a kernel's scalar argument, typed as eager mode types it.
+
+    Its value is data (``m`` for integers and booleans, the float64 ``f`` for
+    floats: a float32 round-trips through float64 exactly), never a literal,
+    so a float that depends on a shape (a mean's 1/N) leaves the source, and
+    Numba's cache key, the same for every batch size."""
     if isinstance(value, (bool, np.bool_)):
         meta.append(int(bool(value)))
         return f"(m[{len(meta) - 1}] != 0)"
@@ -40,24 +46,18 @@ def _scalar_expr(value: Any, meta: list) -> str:
         meta.append(int(value))
         return f"np.{value.dtype.name}(m[{len(meta) - 1}])"
     if isinstance(value, float) and type(value) is float:
-        return _float_literal(value)
+        fmeta.append(value)
+        return f"f[{len(fmeta) - 1}]"
     if isinstance(value, np.floating) and value.dtype in (np.float32, np.float64):
+        fmeta.append(float(value))
         if value.dtype == np.float64:
-            return _float_literal(float(value))
-        return f"np.float32({_float_literal(float(value))})"
+            return f"f[{len(fmeta) - 1}]"
+        return f"np.float32(f[{len(fmeta) - 1}])"
     raise _Unsupported(f"a kernel argument of type {type(value).__name__}")
 
 
-def _float_literal(x: float) -> str:
-    if math.isnan(x):
-        return "np.nan"
-    if math.isinf(x):
-        return "np.inf" if x > 0 else "(-np.inf)"
-    return repr(x)
-
-
 class _Codegen:
-    """Source of the generated @njit step and the ``meta`` it reads.
+    """Source of the generated @njit step and the ``meta``/``fmeta`` it reads.
 
     A view of a buffer the step keeps (an arena slot, a param's flat buffer)
     is ``_array(m, k, spec)``: its address, shape and strides are ``meta``
@@ -68,8 +68,9 @@ class _Codegen:
         self.boundary = boundary
         self.opt_roots: list[np.ndarray] = []   # kind "opt": the optimizer's buffers
         self.meta: list[int] = []
+        self.fmeta: list[float] = []   # the kernels' float arguments (``f``)
         self.lines: list[str] = []
-        self.params: list[str] = ["m"]
+        self.params: list[str] = ["m", "f"]
         self.per_call: list[tuple[str, int]] = []   # ("in"|"der", index) per array param
         self.keep: list[Any] = []                   # arrays the meta addresses point into
         self.args: dict[tuple, str] = {}
@@ -144,13 +145,25 @@ class _Codegen:
         else:
             raise _Unsupported("a view of a non-contiguous argument")
         o, size, shape = r.off // item, math.prod(r.shape), r.shape
+        # the slice's bounds are meta too: they move with the batch size
+        cut = f"{flat}[{self.slot(o)}:{self.slot(o + size)}]"
         if r.layout == "C" or len(shape) == 0:
             dims = "".join(f"{self.slot(n)}, " for n in shape)
-            return self.bind(key, f"{flat}[{o}:{o + size}].reshape(({dims}))")
+            return self.bind(key, f"{cut}.reshape(({dims}))")
         if r.layout == "F" and len(shape) == 2:
             dims = f"{self.slot(shape[1])}, {self.slot(shape[0])}"
-            return self.bind(key, f"{flat}[{o}:{o + size}].reshape(({dims})).T")
+            return self.bind(key, f"{cut}.reshape(({dims})).T")
         raise _Unsupported("a strided view of an argument")
+
+    def output_arrays(self) -> list[np.ndarray]:
+        """Host views of the arena slots that hold the outputs (inference)."""
+        out = []
+        for r in self.prog.outputs or []:
+            dts, at = self.arena_slots[r.index]
+            arena = self.arenas[dts]
+            out.append(np.ndarray(r.shape, r.dtype, buffer=arena, strides=r.strides,
+                                  offset=at * arena.itemsize + r.off))
+        return out
 
     def bind(self, key: tuple, expr: str) -> str:
         var = f"v{len(self.views)}"
@@ -176,7 +189,7 @@ class _Codegen:
         return self.slot(addr), "|".join(_type_text(t) for t in sig)
 
     def arg(self, a: Any) -> str:
-        return self.view(a) if isinstance(a, _Ref) else _scalar_expr(a[1], self.meta)
+        return self.view(a) if isinstance(a, _Ref) else _scalar_expr(a[1], self.meta, self.fmeta)
 
     def opt_ref(self, a: np.ndarray) -> _Ref:
         root = _owner(a)
@@ -222,9 +235,16 @@ class _Codegen:
             body.append(f"    _call({addr}, ({', '.join(parts)},), {expect!r})   # {name}")
         if self.boundary is not None:
             body += self.boundary_call()
-        loss = self.view(prog.loss)
-        index = ", ".join(["0"] * len(prog.loss.shape)) or "()"
-        lines = ['"""Generated by numbagrad.compile (a recorded training step); do not edit.',
+        if prog.outputs is None:     # a training step: the loss's value
+            index = ", ".join(["0"] * len(prog.loss.shape)) or "()"
+            tail = f"    return {self.view(prog.loss)}[{index}]"
+        else:                        # inference: the runner copies the outputs
+            for r in prog.outputs:
+                if r.kind != "tmp":
+                    raise _Unsupported("an output that is not an op output (an argument, "
+                                       "param or constant returned as it is)")
+            tail = "    return 0"
+        lines = ['"""Generated by numbagrad.compile (a recorded step); do not edit.',
                  "",
                  "Kernels are called through the addresses in ``m`` (their compiled C",
                  'wrappers), arrays are views of the buffers whose addresses ``m`` holds."""',
@@ -236,6 +256,6 @@ class _Codegen:
                  "@njit(cache=True)",
                  f"def step({', '.join(self.params)}):",
                  *self.lines, *checks, *body,
-                 f"    return {loss}[{index}]",
+                 tail,
                  ""]
         return "\n".join(lines)

@@ -5,8 +5,9 @@ for every @njit overload (``_call``), the overload eager dispatch picks for
 the same argument types. The generated function runs the kernels' own
 machine code (bit-identical results by construction), nothing is linked into
 it or optimized again (so it compiles in a fraction of a second), and since
-addresses, shapes and integer/boolean arguments live in ``meta``, one
-compiled function serves every batch size of a graph and is cached on disk
+addresses, shapes, offsets and integer/boolean arguments live in ``meta``
+(float arguments in the float64 ``fmeta``), one compiled function serves
+every batch size of a graph and is cached on disk
 without depending on the kernels' code. Generated modules import both from
 ``numbagrad.compile``.
 """

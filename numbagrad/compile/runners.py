@@ -94,6 +94,7 @@ class _NjitEntry(_Entry):
         self.fn = fn
         self.fused = gen.boundary
         self.meta = np.array(gen.meta, np.int64)
+        self.fmeta = np.array(gen.fmeta, np.float64)
         self.keep = gen.keep
         self.run = self._runner(gen, args)
         # the recording's own arrays are not needed any more (the arena replaces them)
@@ -103,8 +104,9 @@ class _NjitEntry(_Entry):
         prog = self.prog
         loss = prog.loss
         env: dict[str, Any] = {
-            "_fn": self.fn, "_meta": self.meta, "_MISS": _MISS, "_STALE": _STALE,
-            "_EAGER": _EAGER, "_VERIFY": _VERIFY, "_count": self.count, "_step": self.opt_step,
+            "_fn": self.fn, "_meta": self.meta, "_fmeta": self.fmeta, "_MISS": _MISS,
+            "_STALE": _STALE, "_EAGER": _EAGER, "_VERIFY": _VERIFY, "_count": self.count,
+            "_step": self.opt_step,
             "_asc": np.ascontiguousarray, "_data": _data, "_rc": sys.getrefcount,
             "_new": _LossMaker(prog.kern, loss.dtype, loss.shape), "_nd": np.ndarray}
         fused = self.fused
@@ -148,7 +150,7 @@ class _NjitEntry(_Entry):
             lines += [f"    if d{i} is not d{j}:", "        return _STALE"]
         lines += ["    c = _count[0] + 1", "    _count[0] = c", "    if c == _count[1]:",
                   "        _count[1] = 2 * c", "        return _VERIFY"]
-        names = ["_meta"]
+        names = ["_meta", "_fmeta"]
         for j, (kind, idx) in enumerate(gen.per_call):
             if kind == "in":
                 names.append(f"d{idx}")
@@ -172,6 +174,16 @@ class _NjitEntry(_Entry):
                   "    except ValueError:", *disarm, "        return _EAGER"]
         if fused is not None:
             lines += ["    except BaseException:", *disarm, "        raise"]
+        if prog.outputs is not None:     # inference: copies of the outputs' arena slots
+            for j, view in enumerate(gen.output_arrays()):
+                env[f"_ov{j}"], env[f"_os{j}"], env[f"_od{j}"] = view, view.shape, view.dtype
+                lines += [f"    r{j} = _empty(_os{j}, _od{j})", f"    _copyto(r{j}, _ov{j})"]
+            env.update(_empty=prog.kern.empty, _copyto=np.copyto, _T=Tensor, _kern=prog.kern,
+                       _pack=prog.pack)
+            outs = ", ".join(f"_T(r{j}, _kern)" for j in range(len(prog.outputs)))
+            self.source = "\n".join([*lines, f"    return _pack(({outs},))"])
+            exec(self.source, env)   # noqa: S102 (generated from the recording)
+            return env["run"]
         lines += [f"    _p{k}._live = True" for k in range(len(self.state))]
         # a loss tensor nothing else holds (nor its array) is refilled, else a new one
         lines += ["    for loss in _ring:", ("        if _rc(loss) == _idle[0] and "
@@ -237,6 +249,10 @@ class _ReplayEntry(_Entry):
         lref = prog.loss
         if lref.kind != "tmp":
             raise _Unsupported("the loss is not an op output")
+        # inference: the outputs' root buffers are new ones on every call, as eager's
+        self.outs = None if prog.outputs is None else {r.index for r in prog.outputs}
+        if prog.outputs is not None and any(r.kind != "tmp" for r in prog.outputs):
+            raise _Unsupported("an output that is not an op output")
         # The loss buffer rotates through a small ring, as the pool would, so a
         # loss tensor the caller keeps is never overwritten by a later call.
         self.loss_root = prog.temps[lref.index]
@@ -249,7 +265,9 @@ class _ReplayEntry(_Entry):
             for pos, a in enumerate(rargs):
                 if not isinstance(a, _Ref):
                     continue
-                if a.kind == "tmp" and a.index == lref.index:
+                if self.outs is not None and a.kind == "tmp" and a.index in self.outs:
+                    dyn.append((pos, "out", a))
+                elif a.kind == "tmp" and a.index == lref.index:
                     dyn.append((pos, "loss", a.desc()))
                     self.loss_views[a.desc()] = a
                 elif a.kind in ("in", "der"):
@@ -258,7 +276,8 @@ class _ReplayEntry(_Entry):
                     continue
                 fixed[pos] = None
             if any(isinstance(v, _Ref) and (v.kind in ("in", "der") or (
-                    v.kind == "tmp" and v.index == lref.index)) for v in rkw.values()):
+                    v.kind == "tmp" and (v.index == lref.index or v.index in (self.outs or ()))))
+                   for v in rkw.values()):
                 raise _Unsupported("a per-call keyword array")
             plan.append((fn, tuple(fixed), dyn, kwargs))
         self.plan = plan
@@ -294,6 +313,8 @@ class _ReplayEntry(_Entry):
             root = _data(args[r.index]) if r.kind == "in" else derived[r.index]
             if first_invalid(_view(root, r.off, r.shape, r.strides), low, high, exclude, allow):
                 return _EAGER
+        if self.outs is not None:
+            return self._infer(args, derived)
         ring = self.ring_entry()
         views = ring[3]
         for fn, fixed, dyn, kw in self.plan:
@@ -312,6 +333,21 @@ class _ReplayEntry(_Entry):
         loss = Tensor(ring[0], self.kern)
         self.opt_step()
         return loss
+
+    def _infer(self, args: tuple, derived: list) -> Any:
+        """Inference: the recorded calls with new output buffers; fn's outputs."""
+        temps = self.prog.temps
+        roots = {k: self.kern.empty(_shape(temps[k]), temps[k].dtype) for k in self.outs}
+        for fn, fixed, dyn, kw in self.plan:
+            if dyn:
+                fixed = list(fixed)
+                for pos, kind, a in dyn:
+                    root = (roots[a.index] if kind == "out" else _data(args[a.index])
+                            if kind == "in" else derived[a.index])
+                    fixed[pos] = _view(root, a.off, a.shape, a.strides)
+            fn(*fixed, **kw)
+        return self.prog.pack(tuple(Tensor(_view(roots[r.index], r.off, r.shape, r.strides),
+                                           self.kern) for r in self.prog.outputs))
 
 
 class _EagerEntry(_Entry):
