@@ -153,7 +153,7 @@ def ng_td_loss(ng, qnet, target) -> Callable:
     (``gather``) and r + discount * max_a' Q_target(s2, a') (``max``). The
     target network's params must have ``requires_grad=False``: no gradient
     reaches them, and ``ng.compile`` reads their current values on every call."""
-    gather, amax, smooth_l1_loss = ng.gather, ng.max, ng.smooth_l1_loss
+    gather, amax, smooth_l1_loss = ng.gather, ng.amax, ng.smooth_l1_loss
 
     def loss_fn(s, a, r, s2, discount):
         best = amax(target(s2), axis=1, keepdims=True)

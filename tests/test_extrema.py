@@ -13,9 +13,9 @@ from conftest import cuda_dev, cuda_launches, inputs, matches_torch
 
 # (name, ng function, torch function, (shape, axis, keepdims) cases)
 CASES = [
-    ("max", lambda x, a, k: ng.max(x, a, k),
+    ("max", lambda x, a, k: ng.amax(x, a, k),
      lambda t, a, k: torch.amax(t, () if a is None else a, k)),
-    ("min", lambda x, a, k: x.min(a, keepdims=k),
+    ("min", lambda x, a, k: x.amin(a, keepdims=k),
      lambda t, a, k: torch.amin(t, () if a is None else a, k)),
     ("logsumexp", lambda x, a, k: ng.logsumexp(x, a, k),
      lambda t, a, k: torch.logsumexp(t, tuple(range(t.ndim)) if a is None else a, k)),
@@ -47,13 +47,13 @@ def test_cumsum_matches_torch(dev):
 
 def test_ties_share_the_gradient_evenly(dev):
     x = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [-1.0, -5.0, -5.0, 4.0]])
-    for f, g in [(lambda t: ng.max(t, 1), lambda t: torch.amax(t, 1)),
-                 (lambda t: ng.min(t, 1), lambda t: torch.amin(t, 1)),
+    for f, g in [(lambda t: ng.amax(t, 1), lambda t: torch.amax(t, 1)),
+                 (lambda t: ng.amin(t, 1), lambda t: torch.amin(t, 1)),
                  (ng.max, torch.max), (ng.min, torch.min)]:
         matches_torch(f, g, [x], dev, name="ties")
     p = dev.param(x)
     with ng.grad_tape():
-        loss = ng.max(p, 1).sum()
+        loss = ng.amax(p, 1).sum()
     np.testing.assert_array_equal(dev.host(ng.backward(loss)[p.id]),
                                   [[0, 0.5, 0.5, 0], [0.25] * 4, [0, 0, 0, 1]])
 
@@ -61,8 +61,8 @@ def test_ties_share_the_gradient_evenly(dev):
 @pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 def test_infinities(dev):
     x = np.array([[np.inf, 1.0, -2.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.5, 3.0]])
-    for f, g in [(lambda t: ng.max(t, 1), lambda t: torch.amax(t, 1)),
-                 (lambda t: ng.min(t, 0), lambda t: torch.amin(t, 0)),
+    for f, g in [(lambda t: ng.amax(t, 1), lambda t: torch.amax(t, 1)),
+                 (lambda t: ng.amin(t, 0), lambda t: torch.amin(t, 0)),
                  (lambda t: ng.logsumexp(t, 1), lambda t: torch.logsumexp(t, 1)),
                  (lambda t: ng.cumsum(t, 1), lambda t: torch.cumsum(t, 1))]:
         p, t = dev.param(x), torch.tensor(x, requires_grad=True)
@@ -78,7 +78,7 @@ def test_infinities(dev):
 
 def test_nan_propagates_and_argmax_finds_it(dev):
     x = np.array([[1.0, np.nan, 3.0], [0.0, 2.0, -1.0]])
-    np.testing.assert_array_equal(ng.max(dev.tensor(x), 1).numpy(), [np.nan, 2.0])
+    np.testing.assert_array_equal(ng.amax(dev.tensor(x), 1).numpy(), [np.nan, 2.0])
     np.testing.assert_array_equal(dev.host(ng.argmax(dev.tensor(x), 1)), np.argmax(x, 1))
     np.testing.assert_array_equal(dev.host(ng.argmin(dev.tensor(x), 1)), np.argmin(x, 1))
 
@@ -86,10 +86,10 @@ def test_nan_propagates_and_argmax_finds_it(dev):
 def test_size_zero():
     x = ng.param(np.zeros((2, 0, 3)))
     with pytest.raises(ValueError, match=r"max: cannot reduce over a size-0 axis .*\(2, 0, 3\)"):
-        ng.max(x, 1)
+        ng.amax(x, 1)
     with pytest.raises(ValueError, match="argmin: cannot reduce over a size-0 axis"):
         ng.argmin(x)
-    assert ng.max(x, 0).shape == (0, 3)
+    assert ng.amax(x, 0).shape == (0, 3)
     np.testing.assert_array_equal(ng.logsumexp(x, 1).numpy(), np.full((2, 3), -np.inf))
     np.testing.assert_array_equal(ng.logsumexp(x).numpy(), -np.inf)
     assert ng.cumsum(x, 1).shape == (2, 0, 3)
@@ -118,7 +118,7 @@ def test_argmax_and_argmin_are_numpy_indices(dev):
 
 def test_float32_within_1e5(dev):
     x = inputs([(3, 4)])[0].astype(np.float32)
-    for f, g in [(lambda t: ng.max(t, 1), lambda t: torch.amax(t, 1)),
+    for f, g in [(lambda t: ng.amax(t, 1), lambda t: torch.amax(t, 1)),
                  (lambda t: ng.logsumexp(t, 0), lambda t: torch.logsumexp(t, 0)),
                  (lambda t: ng.var(t, 1), lambda t: torch.var(t, 1)),
                  (lambda t: ng.std(t), torch.std),
@@ -135,7 +135,7 @@ def test_float32_within_1e5(dev):
                                    rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("f", [lambda t: ng.max(t, (0, 2)), lambda t: ng.min(t, 1),
+@pytest.mark.parametrize("f", [lambda t: ng.amax(t, (0, 2)), lambda t: ng.amin(t, 1),
                                lambda t: ng.logsumexp(t, (0, 2), True), lambda t: ng.var(t, 1),
                                lambda t: ng.std(t, (0, 1)), lambda t: ng.cumsum(t, -1)],
                          ids=["max", "min", "logsumexp", "var", "std", "cumsum"])
@@ -148,7 +148,7 @@ def test_gradcheck(dev, f):
 def test_bad_input_is_refused_before_anything_runs():
     x = ng.param(np.ones((2, 3)))
     with pytest.raises(ValueError, match=r"max: axis 2 is out of range for a tensor of shape"):
-        ng.max(x, 2)
+        ng.amax(x, 2)
     with pytest.raises(ValueError, match=r"logsumexp: axis \(1, -1\) names axis 1 twice"):
         ng.logsumexp(x, (1, -1))
     with pytest.raises(TypeError, match="argmax: axis must be None or an int"):
@@ -170,10 +170,10 @@ def test_cuda_launch_bounds():
     adjacent adds one copy each way (the reduced axes moved last)."""
     dev = cuda_dev()
     x = dev.param(inputs([(2, 3, 2)])[0])
-    for f in [lambda t: ng.max(t, 1), lambda t: ng.logsumexp(t, (1, 2)), ng.var,
+    for f in [lambda t: ng.amax(t, 1), lambda t: ng.logsumexp(t, (1, 2)), ng.var,
               lambda t: ng.std(t, -1), lambda t: ng.cumsum(t, 1)]:
         assert cuda_launches(f, x) == (1, 1)
-    assert cuda_launches(lambda t: ng.min(t, (0, 2)), x) == (2, 2)
+    assert cuda_launches(lambda t: ng.amin(t, (0, 2)), x) == (2, 2)
     before = ng.cuda.launch_count()
     ng.argmax(x, 1)
     assert ng.cuda.launch_count() - before == 1

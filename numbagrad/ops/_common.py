@@ -277,6 +277,16 @@ def axis_of(axis: Any, ndim: int, op: str, what: str = "axis") -> int:
     return a % ndim
 
 
+def alias(op: str, value: Any, name: str, alias_value: Any, alias_name: str) -> Any:
+    """``alias_value`` (PyTorch's ``dim=``/``keepdim=``, given) in place of
+    ``value`` (NumPy's ``axis=``/``keepdims=``), which must be unset (None):
+    giving both is a TypeError naming the op."""
+    if value is not None:
+        raise TypeError(f"{op}: got both {name}={value!r} and {alias_name}={alias_value!r}; "
+                        f"{alias_name}= is PyTorch's name for {name}=, give one")
+    return alias_value
+
+
 def axes_of(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
     """``axis`` (None, an int or a tuple of ints, negative allowed) as the
     sorted non-negative axes of ``x`` it names; None names every axis."""
@@ -292,7 +302,8 @@ def axes_of(x: Tensor, axis: Any, op: str) -> tuple[int, ...]:
         if not isinstance(a, (int, np.integer)) or isinstance(a, (bool, np.bool_)):
             raise TypeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r}")
         if not -ndim <= a < ndim:
-            raise ValueError(f"{op}: axis {a} is out of range for a tensor of {describe(x)}")
+            raise np.exceptions.AxisError(f"{op}: axis {a} is out of range for a tensor of "
+                                          f"{describe(x)}")
         if int(a) % ndim in found:
             raise ValueError(f"{op}: axis {axis!r} names axis {int(a) % ndim} twice")
         found.add(int(a) % ndim)

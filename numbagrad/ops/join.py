@@ -21,7 +21,7 @@ from .. import buffers, kernels
 from ..kernels.cpu.join import SLOTS
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import axis_of, copy_strided, is_scalar, ones, operand, pair, reshaped, result
+from ._common import alias, axis_of, copy_strided, is_scalar, ones, operand, pair, reshaped, result
 from .indexing import getitem
 from .shape import _expand_into, _view
 
@@ -38,11 +38,13 @@ def _tensors(tensors: Any, op: str) -> list[Tensor]:
                       for i, t in enumerate(tensors[1:], 1)]
 
 
-def concatenate(tensors: Any, axis: int = 0) -> Tensor:
+def concatenate(tensors: Any, axis: int = 0, *, dim: Any = None) -> Tensor:
     """``np.concatenate`` / ``torch.cat``: tensors of one rank (at least 1) and
     equal sizes except along ``axis``, joined along it. A new array (one
     kernel per eight contiguous inputs, see the module docstring; one per
     gradient)."""
+    if dim is not None:
+        axis = alias("concatenate", None if axis == 0 else axis, "axis", dim, "dim")
     ts = _tensors(tensors, "concatenate")
     ndim = ts[0].ndim
     if ndim == 0:
@@ -56,14 +58,18 @@ def concatenate(tensors: Any, axis: int = 0) -> Tensor:
     return _join(ts, a, [t._data for t in ts], "concatenate")
 
 
-def cat(tensors: Any, axis: int = 0) -> Tensor:
+def cat(tensors: Any, axis: int = 0, *, dim: Any = None) -> Tensor:
     """``torch.cat``, the same as ``concatenate``."""
+    if dim is not None:
+        axis = alias("cat", None if axis == 0 else axis, "axis", dim, "dim")
     return concatenate(tensors, axis)
 
 
-def stack(tensors: Any, axis: int = 0) -> Tensor:
+def stack(tensors: Any, axis: int = 0, *, dim: Any = None) -> Tensor:
     """``np.stack`` / ``torch.stack``: tensors of one shape joined along a new
     ``axis`` (in [-ndim - 1, ndim]). A new array."""
+    if dim is not None:
+        axis = alias("stack", None if axis == 0 else axis, "axis", dim, "dim")
     ts = _tensors(tensors, "stack")
     for i, t in enumerate(ts):
         if t.shape != ts[0].shape:
@@ -139,11 +145,13 @@ def _join_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         copy_strided(kern, g, dest, 1.0, beta)
 
 
-def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
+def split(x: Any, indices_or_sections: Any, axis: int = 0, *, dim: Any = None) -> list[Tensor]:
     """``np.split``: an int N cuts ``x`` into N equal parts along ``axis`` (an
     error when they are not equal), a sequence of ints cuts it at those
     indices (NumPy's slicing rules). A list of views (``x[..., a:b]``); note
     ``torch.split``'s second argument means part sizes instead."""
+    if dim is not None:
+        axis = alias("split", None if axis == 0 else axis, "axis", dim, "dim")
     x = operand(x, "split")
     if x.ndim == 0:
         raise ValueError("split: a 0-d tensor cannot be split")

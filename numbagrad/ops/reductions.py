@@ -10,8 +10,8 @@ from .. import buffers, kernels
 from ..kernels import codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (axes_of, broadcast_into, contiguous, describe, mean_scale, ones, operand,
-                      padded2d, reduce_into, reshaped, result, scalar_of, view2d)
+from ._common import (alias, axes_of, broadcast_into, contiguous, describe, mean_scale, ones,
+                      operand, padded2d, reduce_into, reshaped, result, scalar_of, view2d)
 
 
 def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
@@ -62,14 +62,25 @@ def _reduce_backward(ctx: _Backward, node: Node, gout: Any) -> None:
                        scalar_of(dtype, beta))
 
 
-def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    """Sum over ``axis`` (None: all), with NumPy's result shapes."""
+def sum(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,  # noqa: A001
+        keepdim: bool | None = None) -> Tensor:
+    """Sum over ``axis`` (alias ``dim``; None: all), with NumPy's result shapes."""
+    if dim is not None:
+        axis = alias("sum", axis, "axis", dim, "dim")
+    if keepdim is not None:
+        keepdims = alias("sum", keepdims or None, "keepdims", keepdim, "keepdim")
     return _reduce(x, axis, keepdims, False, "sum")
 
 
-def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Mean over ``axis`` (None: all), with NumPy's result shapes; a mean over
-    no elements is nan, as PyTorch (and NumPy, which also warns)."""
+def mean(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+         keepdim: bool | None = None) -> Tensor:
+    """Mean over ``axis`` (alias ``dim``; None: all), with NumPy's result
+    shapes; a mean over no elements is nan, as PyTorch (and NumPy, which
+    also warns)."""
+    if dim is not None:
+        axis = alias("mean", axis, "axis", dim, "dim")
+    if keepdim is not None:
+        keepdims = alias("mean", keepdims or None, "keepdims", keepdim, "keepdim")
     return _reduce(x, axis, keepdims, True, "mean")
 
 
@@ -80,7 +91,8 @@ def _softmax(x: Any, axis: int, log: bool, op: str) -> Tensor:
         raise ValueError(f"{op}: needs a tensor of at least 1 dim, got {describe(x)}")
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool) \
             or not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"{op}: axis {axis!r} is out of range for a tensor of {describe(x)}")
+        raise np.exceptions.AxisError(f"{op}: axis {axis!r} is out of range for a tensor of "
+                                      f"{describe(x)}")
     kern, shape = x._kern, tuple(x._data.shape)
     out = buffers.take(kern, shape, x._data.dtype)
     if x.ndim <= 2:
@@ -116,14 +128,18 @@ def _softmax_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kernels.call(kern, "softmax_backward", y.size, two(y), two(gout), two(dest), beta, ax, log)
 
 
-def softmax(x: Any, axis: int = -1) -> Tensor:
+def softmax(x: Any, axis: int = -1, *, dim: Any = None) -> Tensor:
     """exp(x) / sum(exp(x)) along ``axis``, with the max subtracted first; any
     axis of an N-d tensor is one kernel forward and one backward (a middle
     axis read in place, lanes of stride prod(shape[axis + 1:]))."""
+    if dim is not None:
+        axis = alias("softmax", None if axis == -1 else axis, "axis", dim, "dim")
     return _softmax(x, axis, False, "softmax")
 
 
-def log_softmax(x: Any, axis: int = -1) -> Tensor:
+def log_softmax(x: Any, axis: int = -1, *, dim: Any = None) -> Tensor:
     """x - logsumexp(x) along ``axis``, numerically stable."""
+    if dim is not None:
+        axis = alias("log_softmax", None if axis == -1 else axis, "axis", dim, "dim")
     return _softmax(x, axis, True, "log_softmax")
 

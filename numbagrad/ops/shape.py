@@ -21,7 +21,7 @@ import numpy as np
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor, _seen, _wrappers
-from ._common import (axis_of, contiguous, contiguous_array, copy_strided, describe, ones,
+from ._common import (alias, axis_of, contiguous, contiguous_array, copy_strided, describe, ones,
                       operand, reduce_into, reshaped, result, scalar_of)
 
 
@@ -221,10 +221,12 @@ def flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     return _reshaped(x, shape[:a] + (int(np.prod(shape[a:b + 1])),) + shape[b + 1:])
 
 
-def squeeze(x: Any, axis: Any = None) -> Tensor:
+def squeeze(x: Any, axis: Any = None, *, dim: Any = None) -> Tensor:
     """``np.squeeze``: size-1 dims removed (all, or the int/tuple ``axis``).
     As NumPy, naming an axis whose size is not 1 raises (PyTorch would
     silently keep it). A view (on CUDA a copy when the data is strided)."""
+    if dim is not None:
+        axis = alias("squeeze", axis, "axis", dim, "dim")
     x = operand(x, "squeeze")
     if axis is None:
         axes = tuple(d for d, n in enumerate(x.shape) if n == 1)
@@ -238,9 +240,13 @@ def squeeze(x: Any, axis: Any = None) -> Tensor:
     return _viewed(x, lambda a: np.squeeze(a, axes), _reshape_backward)
 
 
-def unsqueeze(x: Any, axis: int) -> Tensor:
+def unsqueeze(x: Any, axis: Any = None, *, dim: Any = None) -> Tensor:
     """``torch.unsqueeze``: a size-1 dim inserted at ``axis`` (in
     [-ndim - 1, ndim]). A view (on CUDA a copy when the data is strided)."""
+    if dim is not None:
+        axis = alias("unsqueeze", axis, "axis", dim, "dim")
+    elif axis is None:
+        raise TypeError("unsqueeze: missing the axis (or dim) to insert")
     x = operand(x, "unsqueeze")
     a = axis_of(axis, x.ndim + 1, "unsqueeze")
     return _viewed(x, lambda d: np.expand_dims(d, a), _reshape_backward)

@@ -10,14 +10,19 @@ from typing import Any
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (axis_of, contiguous, describe, is_scalar, mean_scale, ones, operand,
+from ._common import (alias, axis_of, contiguous, describe, is_scalar, mean_scale, ones, operand,
                       reshaped, result)
 from ._lanes import grad_of, gradient_into, lanes
 
 
-def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+def logsumexp(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+              keepdim: bool | None = None) -> Tensor:
     """log(sum(exp(x))) over ``axis`` (None: all; PyTorch requires a dim),
     stable for large |x|; over nothing it is -inf, as PyTorch."""
+    if dim is not None:
+        axis = alias("logsumexp", axis, "axis", dim, "dim")
+    if keepdim is not None:
+        keepdims = alias("logsumexp", keepdims or None, "keepdims", keepdim, "keepdim")
     op = "logsumexp"
     x = operand(x, op)
     plan = lanes(x, axis, keepdims, op)
@@ -64,23 +69,35 @@ def _variance_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         dest3, scale, root, beta))
 
 
-def var(x: Any, axis: Any = None, correction: float = 1, keepdims: bool = False) -> Tensor:
+def var(x: Any, axis: Any = None, correction: float = 1, keepdims: bool = False, *,
+        dim: Any = None, keepdim: bool | None = None) -> Tensor:
     """The variance over ``axis``: sum((x - mean)^2) / max(0, n - correction),
     PyTorch's ``torch.var`` (its default correction=1, where NumPy's ddof is
     0); with no degrees of freedom left it warns and is inf or nan."""
+    if dim is not None:
+        axis = alias("var", axis, "axis", dim, "dim")
+    if keepdim is not None:
+        keepdims = alias("var", keepdims or None, "keepdims", keepdim, "keepdim")
     return _variance(x, axis, correction, keepdims, False, "var")
 
 
-def std(x: Any, axis: Any = None, correction: float = 1, keepdims: bool = False) -> Tensor:
+def std(x: Any, axis: Any = None, correction: float = 1, keepdims: bool = False, *,
+        dim: Any = None, keepdim: bool | None = None) -> Tensor:
     """sqrt(var(x, ...)), PyTorch's ``torch.std`` (see ``var``); its gradient
     is 0 where the std is 0, as PyTorch's."""
+    if dim is not None:
+        axis = alias("std", axis, "axis", dim, "dim")
+    if keepdim is not None:
+        keepdims = alias("std", keepdims or None, "keepdims", keepdim, "keepdim")
     return _variance(x, axis, correction, keepdims, True, "std")
 
 
-def cumsum(x: Any, axis: Any = None) -> Tensor:
+def cumsum(x: Any, axis: Any = None, *, dim: Any = None) -> Tensor:
     """Running sums along ``axis``, PyTorch's ``torch.cumsum`` (float64
     accumulation); axis=None runs over the flattened tensor, as NumPy
     (PyTorch needs a dim)."""
+    if dim is not None:
+        axis = alias("cumsum", axis, "axis", dim, "dim")
     op = "cumsum"
     x = operand(x, op)
     shape = tuple(x._data.shape)

@@ -173,9 +173,12 @@ OPS: tuple[Op, ...] = (
        torch="torch.minimum(a, b)", sample=_PAIR),
 
     # --- reductions
-    Op("max", extrema.max, method=True, torch="torch.amax(a, 1)", args=(1,)),
-    Op("min", extrema.min, method=True, torch="torch.amin(a, (0, 2), True)",
+    Op("amax", extrema.amax, method=True, torch="torch.amax(a, 1)", args=(1,)),
+    Op("amin", extrema.amin, method=True, torch="torch.amin(a, (0, 2), True)",
        sample=((2, 3, 4),), args=((0, 2), True)),
+    # (with an axis, (values, indices) vs torch: tests/test_torch_habits_ops.py)
+    Op("max", extrema.max, method=True, torch="torch.max(a)"),
+    Op("min", extrema.min, method=True, torch="torch.min(a)"),
     Op("argmax", extrema.argmax, method=True),     # integer indices: tests/test_extrema.py
     Op("argmin", extrema.argmin, method=True),
     Op("logsumexp", statistics.logsumexp, method=True, torch="torch.logsumexp(a, -1)",
