@@ -16,7 +16,7 @@ from .interop import from_dlpack
 from .kernels import cuda_available
 from .ops import *  # noqa: F401,F403 (every op in the op table, ops/table.py)
 from .ops import __all__ as _op_names
-from .tape import backward, grad_tape
+from .tape import backward, grad_tape, is_grad_enabled, no_grad
 from .random import manual_seed
 from .tensor import Tensor, as_tensor, param, tensor
 from .serialization import load, save
@@ -24,7 +24,8 @@ from .testing import gradcheck
 
 __version__ = "0.2.0"
 
-__all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "backward",
+__all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "no_grad",
+           "is_grad_enabled", "backward",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
            "compile", "manual_seed", "random", "set_default_dtype", "get_default_dtype",
            "__version__"]

@@ -18,7 +18,7 @@ from threading import get_ident
 import numpy as np
 
 from . import buffers, kernels
-from .tensor import Tensor, _ids, _seen, _wrappers
+from .tensor import Tensor, _ids, _seen, _wrappers, _writes
 
 
 class _State(threading.local):
@@ -55,11 +55,47 @@ class grad_tape:
         _state.box[0] -= 1
 
 
+class no_grad:
+    """Context manager (or decorator): ops inside it record nothing, even
+    inside ``ng.grad_tape()``, as ``torch.no_grad``. A ``grad_tape`` opened
+    inside it records again (PyTorch's ``enable_grad``); the depth it
+    paused comes back on exit. Per thread, like the tape."""
+
+    __slots__ = ("_saved",)
+
+    def __init__(self) -> None:
+        self._saved: list[int] = []
+
+    def __enter__(self) -> no_grad:
+        box = _state.box
+        self._saved.append(box[0])
+        box[0] = 0
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        _state.box[0] = self._saved.pop()
+
+    def __call__(self, fn: Callable) -> Callable:
+        """``@ng.no_grad()`` on a function: it runs without recording."""
+        import functools
+
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with no_grad():
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops on this thread record now (inside a tape, not paused)."""
+    return _state.box[0] > 0
+
+
 class Node:
     """One recorded op: its backward function, inputs and saved arrays;
     ``output`` makes one."""
 
-    __slots__ = ("backward", "inputs", "saved", "done")
+    __slots__ = ("backward", "inputs", "saved", "done", "stamp")
 
 
 def output(data: Any, kern: Any, pool: Any, backward: Callable | None = None,
@@ -87,6 +123,7 @@ def output(data: Any, kern: Any, pool: Any, backward: Callable | None = None,
     node.inputs = inputs
     node.saved = saved
     node.done = False
+    node.stamp = _writes[0]
     t.requires_grad = True
     t._node = node
     return t
@@ -234,6 +271,26 @@ def _overlap(a: Any, b: Any) -> bool:
     return lo_a < hi_b and lo_b < hi_a
 
 
+def _check_unmodified(order: list[Node]) -> None:
+    """Refuse a pass through a node whose input was written in place after
+    it was recorded (PyTorch's version-counter error): its backward would
+    read the new values and give a wrong gradient."""
+    now = _writes[0]
+    for node in order:
+        stamp = node.stamp
+        if stamp < now:
+            for t in node.inputs:
+                if getattr(t, "_stamp", 0) > stamp:
+                    op = getattr(node.backward, "__name__", "_op_backward")
+                    op = op.strip("_").removesuffix("_backward")
+                    raise RuntimeError(
+                        f"backward: a {t.dtype} tensor of shape {t.shape} that a recorded "
+                        f"op ({op}) read "
+                        f"was modified in place after it was recorded, so its gradient "
+                        f"would use the new values; record the forward again after the "
+                        f"in-place write, or write into a clone()")
+
+
 def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     """The reverse pass behind ``ng.backward`` and ``Tensor.backward``."""
     try:
@@ -248,6 +305,8 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     if loss._data.size != 1:
         raise ValueError(f"backward needs a one-element loss, got shape {loss.shape}")
     order = _reverse_order(root)
+    if _writes[0]:
+        _check_unmodified(order)
     ctx = _Backward.make(collect, _aliased_params(order) if _seen.wrapped else None)
     pending = ctx.pending
     for node in order:

@@ -13,9 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from . import buffers, kernels
+from . import _defaults, buffers, kernels
 
 _ids = itertools.count(1)
+# In-place writes so far, process-wide: ``_writes[0]`` stamps each write on
+# the tensor written (``_stamp``) and each recorded node (``Node.stamp``), so
+# a backward can tell an input written after its node was recorded (0 while
+# nothing was ever written in place: the backward then checks nothing).
+_writes = [0]
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 # Accumulators handed out by ``.grad`` (by id of the array and of its base:
@@ -66,8 +71,11 @@ class Tensor:
     on "cpu", a Numba device array on "cuda"); ``.numpy()`` is a host copy.
     """
 
+    # _stamp (the last in-place write, see _writes) and _base (what a detach()
+    # shares data with) are set only on the tensors that have them: read
+    # them with getattr
     __slots__ = ("_data", "_kern", "requires_grad", "id", "_node",
-                 "_acc", "_live", "_owner", "_pool", "__weakref__")
+                 "_acc", "_live", "_owner", "_pool", "_stamp", "_base", "__weakref__")
     # NumPy defers to a Tensor's reflected operators and __array_ufunc__.
     __array_priority__ = 1000
     # == is elementwise (the op table's ``eq``); tensors hash by identity
@@ -95,6 +103,18 @@ class Tensor:
             self._pool = None
         return self._data
 
+    @data.setter
+    def data(self, value: Any) -> None:
+        """Write ``value`` into the data in place, recording nothing (as
+        PyTorch's ``p.data = ...``, but the shape stays: the array may be a
+        view of an optimizer's flat buffer). ``p.data -= lr * p.grad`` has
+        already written the array when Python calls this with it, which is
+        then only noted. Values are cast to the tensor's dtype."""
+        _refuse_while_compiling("t.data = value")
+        if value is not self._data:
+            _assign(self, value, "t.data = value")
+        _note_write(self)
+
     @property
     def device(self) -> str:
         return self._kern.name
@@ -113,8 +133,18 @@ class Tensor:
         return len(self._data.shape)
 
     @property
-    def size(self) -> int:
+    def size(self) -> _Size:
+        """The element count (NumPy's ``a.size``), which can also be called
+        as PyTorch's ``t.size()`` (the shape) and ``t.size(dim)``."""
+        return _Size(self._data.size, self.shape)
+
+    def numel(self) -> int:
+        """The element count, as PyTorch's ``numel()``."""
         return self._data.size
+
+    def dim(self) -> int:
+        """The number of dims, as PyTorch's ``dim()``."""
+        return len(self._data.shape)
 
     @property
     def is_leaf(self) -> bool:
@@ -127,6 +157,10 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """A host copy of the data (never shares memory with the tensor)."""
         return kernels.to_host(self._kern, self._data)
+
+    def tolist(self) -> Any:
+        """The data as nested Python lists (a Python number for 0-d)."""
+        return self.numpy().tolist()
 
     def item(self) -> float:
         """The value of a one-element tensor as a Python float."""
@@ -228,16 +262,186 @@ class Tensor:
         raise a TypeError naming the ng alternative: see ``ops/numpy_api.py``."""
         return _numpy_api.dispatch(func, args, kwargs)
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on ``device``: itself if already there, else a copy.
+    def to(self, *args: Any, device: str | None = None, dtype: Any = None,
+           copy: bool = False) -> Tensor:
+        """This tensor on another device and/or dtype, as PyTorch's ``to``:
+        ``t.to("cuda")``, ``t.to(np.float32)``, ``t.to("cpu", np.float64)``,
+        ``t.to(device=..., dtype=...)``, or ``t.to(other)`` (other's device
+        and dtype). Itself when nothing changes (unless ``copy``).
 
-        A param copies into a new, independent param (its ``.grad`` is not
-        carried); nothing is recorded on the tape.
+        A dtype change is ``astype`` (recorded on the tape, so the gradient
+        flows back in the original dtype). A device change copies: a param
+        becomes a new, independent param (its ``.grad`` is not carried) and
+        nothing is recorded.
         """
-        if device == self.device:
-            return self
-        kern = kernels.get(device)
-        return Tensor(kernels.from_host(kern, self.numpy()), kern, self.is_param)
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = device or a.device, dtype or a.dtype
+            elif isinstance(a, str):
+                if device is not None:
+                    raise TypeError(f"to(): two devices given ({device!r}, {a!r})")
+                device = a
+            elif dtype is None:
+                dtype = a
+            else:
+                raise TypeError(f"to(): two dtypes given ({dtype}, {a})")
+        if len(args) > 2:
+            raise TypeError(f"to() takes a device and a dtype, got {len(args)} arguments")
+        out = self
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            out = ops.masks.astype(out, dtype)
+        if device is not None and device != self.device:
+            kern = kernels.get(device)
+            out = Tensor(kernels.from_host(kern, out.numpy()), kern, out.is_param)
+        elif copy and out is self:
+            out = self.clone()
+        return out
+
+    def float(self) -> Tensor:
+        """``to(np.float32)``, PyTorch's ``float()`` (``float(t)`` is still
+        the Python number of a one-element tensor)."""
+        return self.to(np.float32)
+
+    def double(self) -> Tensor:
+        """``to(np.float64)``, PyTorch's ``double()``."""
+        return self.to(np.float64)
+
+    def detach(self) -> Tensor:
+        """A tensor sharing this one's data, outside the graph (no gradient),
+        as PyTorch's ``detach()``. Writing it in place writes this tensor's
+        data; that is refused while a recorded graph still needs it."""
+        t = Tensor(self._data, self._kern)
+        if self.requires_grad:
+            t._base = self
+        return t
+
+    def clone(self) -> Tensor:
+        """A copy with its own data; recorded on the tape (the gradient passes
+        through unchanged), as PyTorch's ``clone()``."""
+        if self.dtype not in _FLOATS:
+            return Tensor(kernels.from_host(self._kern, self.numpy()), self._kern)
+        return ops.masks.astype(self, self.dtype, copy=True)
+
+    # ------------------------------------------------------------ in place
+    # PyTorch's in-place methods, for params and constants outside a tape
+    # (see _in_place for what is refused); each computes the out-of-place op
+    # without recording and writes its result into the data, so ``x.add_(y)``
+    # gives the bits of ``x + y``.
+    def add_(self, other: Any, *, alpha: float = 1) -> Tensor:
+        """``self += alpha * other`` in place."""
+        return self._in_place("add_", lambda: self + (other if alpha == 1 else alpha * other),
+                              other)
+
+    def sub_(self, other: Any, *, alpha: float = 1) -> Tensor:
+        """``self -= alpha * other`` in place."""
+        return self._in_place("sub_", lambda: self - (other if alpha == 1 else alpha * other),
+                              other)
+
+    def mul_(self, other: Any) -> Tensor:
+        """``self *= other`` in place."""
+        return self._in_place("mul_", lambda: self * other, other)
+
+    def div_(self, other: Any) -> Tensor:
+        """``self /= other`` in place."""
+        return self._in_place("div_", lambda: self / other, other)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:
+        """``ng.clamp(self, min, max)`` in place."""
+        return self._in_place("clamp_", lambda: ops.clamp(self, min, max), min, max)
+
+    def fill_(self, value: Any) -> Tensor:
+        """Every element set to ``value`` in place."""
+        return self._in_place("fill_", lambda: value, value)
+
+    def zero_(self) -> Tensor:
+        """Every element set to 0 in place."""
+        return self._in_place("zero_", lambda: 0.0)
+
+    def copy_(self, src: Any) -> Tensor:
+        """``src`` (broadcast to this shape, cast to this dtype, from any
+        device) written into the data in place."""
+        return self._in_place("copy_", lambda: src, src)
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self._augmented("+=", "add_", other, lambda: self + other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self._augmented("-=", "sub_", other, lambda: self - other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self._augmented("*=", "mul_", other, lambda: self * other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self._augmented("/=", "div_", other, lambda: self / other)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``x[key] = value`` in place, NumPy's indexing and broadcasting
+        (on "cuda": integers and slices only); refused as the in-place
+        methods are."""
+        self._check_in_place("x[...] = value", (value,))
+        if isinstance(value, Tensor):
+            value = value.data if value._kern is self._kern else value.numpy()
+        if isinstance(key, Tensor):
+            key = key.numpy()
+        elif isinstance(key, tuple):
+            key = tuple(k.numpy() if isinstance(k, Tensor) else k for k in key)
+        if self._kern.name == "cpu":
+            self._data[key] = value
+        else:
+            parts = key if isinstance(key, tuple) else (key,)
+            if any(not isinstance(k, (int, np.integer, slice, type(None), type(Ellipsis)))
+                   for k in parts):
+                raise TypeError(f"x[key] = value on a cuda tensor takes integers and slices "
+                                f"only, got {key!r}; use ng.where(mask, value, x)")
+            self._data[key] = value
+        _note_write(self)
+
+    def _augmented(self, symbol: str, method: str, other: Any, out_of_place: Any) -> Tensor:
+        """``x op= y``: in place as PyTorch's, except where the result must be
+        recorded (inside a tape, x recorded or y needing a gradient), which
+        numbagrad records no in-place op for: there it is ``x = x op y`` (the
+        same value; only another name for the old tensor keeps the old one)."""
+        if tape._state.box[0] and not self.is_param and (
+                self._node is not None or (isinstance(other, Tensor) and other.requires_grad)):
+            return out_of_place()
+        return getattr(self, method)(other)
+
+    def _in_place(self, what: str, compute: Any, *operands: Any) -> Tensor:
+        self._check_in_place(what, operands)
+        with tape.no_grad():
+            value = compute()
+        _assign(self, value, what)
+        _note_write(self)
+        return self
+
+    def _check_in_place(self, what: str, operands: tuple) -> None:
+        """Refuse, before anything is written, an in-place write that the
+        tape cannot record or that a recorded graph still needs."""
+        _refuse_while_compiling(what)
+        recording = tape._state.box[0] > 0
+        if self.is_param:
+            if recording:
+                raise RuntimeError(
+                    f"{what} on a param (shape {self.shape}) inside ng.grad_tape(): the "
+                    f"tape records no in-place op (PyTorch: a leaf that requires grad is "
+                    f"used in an in-place operation); write it outside the tape or inside "
+                    f"ng.no_grad()")
+            return
+        t = self
+        while t is not None:
+            node = t._node
+            if node is not None and not node.done:
+                raise RuntimeError(
+                    f"{what}: the tensor of shape {self.shape} is (shares data with) the "
+                    f"output of a recorded op whose backward has not run, and the tape "
+                    f"records no in-place op; write y = y + x (a new tensor), or write "
+                    f"into y.clone()")
+            t = getattr(t, "_base", None)
+        if recording and any(isinstance(o, Tensor) and o.requires_grad for o in operands):
+            raise RuntimeError(
+                f"{what}: an operand needs a gradient but the tensor written (shape "
+                f"{self.shape}) is a constant, and the tape records no in-place op; "
+                f"write x = x + y (a new, recorded tensor)")
 
     def backward(self) -> None:
         """Add this loss's gradients into every reached param's ``.grad``.
@@ -309,20 +513,98 @@ class Tensor:
         return self._acc
 
 
+class _Size(int):
+    """A tensor's element count that is also callable as PyTorch's ``size()``:
+    ``t.size == 6`` (NumPy), ``t.size()`` the shape, ``t.size(-1)`` one dim."""
+
+    def __new__(cls, n: int, shape: tuple) -> _Size:
+        obj = super().__new__(cls, n)
+        obj._shape = shape
+        return obj
+
+    def __call__(self, dim: int | None = None) -> Any:
+        if dim is None:
+            return self._shape
+        nd = len(self._shape)
+        if not -nd <= dim < nd:
+            raise np.exceptions.AxisError(
+                f"size({dim}): dim out of range for a tensor of {nd} dims")
+        return self._shape[dim]
+
+
+def _refuse_while_compiling(what: str) -> None:
+    """An in-place write is not a kernel call, so ``ng.compile``'s recording
+    (a kernels observer) would not replay it: refuse it there."""
+    if kernels._observer is not None:
+        raise RuntimeError(f"{what}: an in-place write inside a function ng.compile records "
+                           "is not replayed by the compiled step; write it outside the "
+                           "function, or out of place (y = y + x)")
+
+
+def _note_write(t: Tensor) -> None:
+    """Stamp an in-place write on ``t`` and on what it was detached from."""
+    _writes[0] += 1
+    stamp = _writes[0]
+    while t is not None:
+        t._stamp = stamp
+        t = getattr(t, "_base", None)
+
+
+def _assign(t: Tensor, value: Any, what: str) -> None:
+    """Write ``value`` (a number, array or tensor of any device, broadcast to
+    ``t``'s shape, cast to its dtype) into ``t``'s data; checked before the
+    write, so a refused value changes nothing."""
+    if isinstance(value, Tensor):
+        value = value.data if value._kern is t._kern else value.numpy()
+    kern = t._kern
+    if kern.name == "cpu" or not kern.is_device_array(value):
+        host = np.asarray(value)
+        try:
+            shape = np.broadcast_shapes(host.shape, t.shape)
+        except ValueError:
+            shape = None
+        if shape != t.shape:
+            raise ValueError(f"{what}: a value of shape {host.shape} does not broadcast to "
+                             f"the tensor's shape {t.shape}")
+        if kern.name == "cpu":
+            np.copyto(t._data, host, casting="unsafe")
+            return
+        value = kernels.from_host(kern, np.ascontiguousarray(
+            np.broadcast_to(host, t.shape), dtype=t.dtype))
+    if (tuple(value.shape) != t.shape or value.dtype != t.dtype) and t.dtype in _FLOATS:
+        v = _wrap(value, kern) if not isinstance(value, Tensor) else value
+        try:
+            shape = np.broadcast_shapes(v.shape, t.shape)
+        except ValueError:
+            shape = None
+        if shape == t.shape:   # broadcast and cast on the device, no recording
+            with tape.no_grad():
+                value = ops.masks.astype(ops.broadcast_to(v, t.shape), t.dtype, copy=True).data
+    if tuple(value.shape) != t.shape or value.dtype != t.dtype:
+        raise ValueError(f"{what}: a {value.dtype} device array of shape {tuple(value.shape)} "
+                         f"into a {t.dtype} tensor of shape {t.shape}; pass a tensor of "
+                         f"the same shape and dtype")
+    t._data.copy_to_device(value)
+
+
 # ---------------------------------------------------------------- builders
 @kernels.host_copy
-def _host_array(data: Any, dtype: Any) -> np.ndarray:
+def _host_array(data: Any, dtype: Any, default: Any = None) -> np.ndarray:
+    """``data`` as a new C-contiguous float array: ``dtype`` if given, else
+    the float32/float64 of a NumPy array or tensor, else ``default`` (the
+    default dtype when None) for Python numbers and integer arrays."""
     if isinstance(data, Tensor):
         data = data.numpy()
+    typed = isinstance(data, (np.ndarray, np.generic))
     array = np.asarray(data)
     if dtype is not None:
         want = np.dtype(dtype)
         if want not in _FLOATS:
             raise TypeError(f"dtype must be float32 or float64, got {want}")
-    elif array.dtype in _FLOATS:
+    elif typed and array.dtype in _FLOATS:
         want = array.dtype
     elif array.dtype.kind in "iuf":
-        want = np.dtype(np.float64)
+        want = np.dtype(default) if default is not None else _defaults.get_default_dtype()
     else:
         raise TypeError(f"tensor data must be real numbers, got dtype {array.dtype}")
     return np.array(array, dtype=want, order="C", copy=True)
@@ -331,10 +613,11 @@ def _host_array(data: Any, dtype: Any) -> np.ndarray:
 def tensor(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
     """A tensor owning a C-contiguous copy of ``data`` on ``device``.
 
-    float32 and float64 data keep their dtype; other real numbers (integers,
-    float16) become float64 unless ``dtype`` says otherwise, as NumPy's
-    ``np.mean`` would; this is the one conversion numbagrad makes (ops never
-    convert). Any rank NumPy allows, 0-d included.
+    float32 and float64 NumPy arrays (and tensors) keep their dtype; Python
+    numbers and lists, integer and float16 arrays take ``dtype``, else the
+    default dtype (``ng.set_default_dtype``; float64 until set), as
+    ``torch.tensor`` does; this is the one conversion numbagrad makes (ops
+    never convert). Any rank NumPy allows, 0-d included.
     """
     kern = kernels.get(device)
     return Tensor(kernels.from_host(kern, _host_array(data, dtype)), kern)
@@ -423,7 +706,7 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
         raise ValueError(f"{what} is {type(value).__name__} data on the host but the op "
                          f"runs on {kern.name}; pass ng.tensor(..., device={kern.name!r})")
     try:
-        return Tensor(_host_array(value, None), kern)
+        return Tensor(_host_array(value, None, np.float64), kern)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{what}: {exc}") from None
 

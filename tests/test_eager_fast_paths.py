@@ -84,6 +84,10 @@ def test_the_op_output_builder_makes_what_the_constructor_makes():
         made = Tensor(data, cpu, recorded, node, data)
         assert type(built) is Tensor and made.id > built.id   # ids from one counter
         for name in Tensor.__slots__:
-            if name not in ("id", "__weakref__"):
+            if name in ("_stamp", "_base"):   # set only on the tensors that have one
+                assert not hasattr(built, name) and not hasattr(made, name), name
+            elif name not in ("id", "__weakref__"):
                 assert getattr(built, name) is getattr(made, name), name
     assert (node.backward, node.inputs, node.saved, node.done) == (print, (data,), (data, 0), False)
+    from numbagrad.tensor import _writes
+    assert node.stamp == _writes[0]

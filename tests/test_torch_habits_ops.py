@@ -149,3 +149,15 @@ def test_out_of_range_axis_is_axis_error(name):
     x = ng.tensor(np.ones((2, 1, 3)))
     with pytest.raises(np.exceptions.AxisError, match=f"^{name}: "):
         OUT_OF_RANGE[name](x)
+
+
+def test_gather_takes_dim_as_torch():
+    a = np.arange(12.0).reshape(3, 4)
+    index = np.array([[0, 3], [1, 1], [2, 0]])
+    ref = torch.gather(torch.tensor(a), dim=1, index=torch.tensor(index)).numpy()
+    np.testing.assert_array_equal(ng.tensor(a).gather(dim=1, index=index).numpy(), ref)
+    np.testing.assert_array_equal(ng.gather(ng.tensor(a), 1, index).numpy(), ref)
+    with pytest.raises(TypeError, match="both axis=1 and dim=1"):
+        ng.gather(ng.tensor(a), 1, index, dim=1)
+    with pytest.raises(TypeError, match="axis .* and index are needed"):
+        ng.gather(ng.tensor(a), index=index)

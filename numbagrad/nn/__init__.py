@@ -10,9 +10,11 @@ The namespace holds ``Module``, the layers, the containers and ``init``
 - ``containers.py``: ``Sequential``, ``ModuleList``, ``ModuleDict``;
 - ``fusion.py``: which ``Linear`` + activation pairs ``Sequential`` runs as one op;
 - ``conv.py``, ``norm.py``, ``attention.py``: the layer families;
-- ``init.py``: ``torch.nn.init``'s initialisers.
+- ``init.py``: ``torch.nn.init``'s initialisers;
+- ``functional.py``: the ops under ``torch.nn.functional``'s names (``F.relu``);
+- ``utils.py``: ``clip_grad_norm_``, ``clip_grad_value_``.
 """
-from . import init
+from . import functional, init, utils
 from .activation import GELU, LeakyReLU, ReLU, Sigmoid, SiLU, Softplus, Tanh
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, Sequential
@@ -25,4 +27,4 @@ __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmo
            "SiLU", "Softplus", "Identity", "Flatten", "Dropout", "Embedding", "ModuleList",
            "ModuleDict", "init", "Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d",
            "AdaptiveAvgPool2d", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
-           "MultiheadAttention"]
+           "MultiheadAttention", "functional", "utils"]

@@ -31,9 +31,9 @@ from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range, index_error
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (axis_of, copy_strided, describe, ones, operand, permuted, reshaped,
+from ._common import (alias, axis_of, copy_strided, describe, ones, operand, permuted, reshaped,
                       result)
-from .shape import _view, _viewed
+from .shape import _view, _viewed, reshape
 
 
 # ------------------------------------------------------------ helpers
@@ -141,8 +141,9 @@ def _parse(x: Tensor, key: Any) -> tuple:
     for item in key:
         if isinstance(item, (bool, np.bool_, Tensor, float)) or (
                 isinstance(item, np.ndarray) and item.dtype == np.bool_):
-            raise TypeError(f"x[key]: {type(item).__name__} keys are not supported: use "
-                            "integers, slices, None, ... or one integer array")
+            raise TypeError(f"x[key]: {type(item).__name__} keys are not supported here: use "
+                            "integers, slices, None, ..., one integer array, or a boolean "
+                            "mask alone (x[mask])")
     used = sum(item is not None and item is not Ellipsis for item in key)
     if used > x.ndim:
         raise IndexError(f"x[key]: too many indices ({used}) for a tensor of {describe(x)}")
@@ -188,6 +189,36 @@ def _parse(x: Tensor, key: Any) -> tuple:
     return tuple(basic) + (Ellipsis,), lattice, array, first_dims
 
 
+def _as_mask(key: Any) -> np.ndarray | None:
+    """A boolean mask key (a bool NumPy array or tensor, or a list of bools)
+    as a host array; None for any other key."""
+    if isinstance(key, Tensor):
+        return key.numpy() if key.dtype == np.bool_ else None
+    if isinstance(key, np.ndarray):
+        return key if key.dtype == np.bool_ else None
+    if isinstance(key, list) and key:
+        try:
+            array = np.asarray(key)
+        except (ValueError, TypeError):   # ragged, or not numbers: not a mask
+            return None
+        return array if array.dtype == np.bool_ else None
+    return None
+
+
+def _masked(x: Tensor, mask: np.ndarray) -> Tensor:
+    """``x[mask]``: the elements (or sub-arrays) where ``mask``, which covers
+    x's leading dims, is True, in row-major order, as NumPy and PyTorch;
+    differentiable (the gradient goes back to the selected places). A mask
+    on "cuda" is read on the host first (one synchronisation, as PyTorch's)."""
+    k = mask.ndim
+    if k == 0 or mask.shape != x.shape[:k]:
+        raise IndexError(f"x[mask]: a boolean mask of shape {mask.shape} does not match the "
+                         f"leading dims of a tensor of {describe(x)}")
+    flat = np.flatnonzero(mask)
+    rows = reshape(x, (int(np.prod(x.shape[:k], dtype=np.int64)),) + x.shape[k:])
+    return getitem(rows, flat)
+
+
 def getitem(x: Any, key: Any) -> Tensor:
     """``x[key]`` with NumPy's rules: integers, slices of any step, ``None``,
     ``...``, and one integer array (a NumPy integer array of any shape, a
@@ -199,6 +230,9 @@ def getitem(x: Any, key: Any) -> Tensor:
     with one a new array, whose gradient adds repeated indices up, as
     ``nn.Embedding``'s does."""
     x = operand(x, "x[key]")
+    mask = _as_mask(key)
+    if mask is not None:
+        return _masked(x, mask)
     basic, lattice, array, first_dims = _parse(x, key)
     if array is None:
         return _viewed(x, lambda a: a[basic], _basic_backward, (lattice,))
@@ -279,14 +313,20 @@ def _three(shape: tuple, a: int) -> tuple:
 
 
 # ------------------------------------------------------------ gather
-def gather(x: Any, axis: int, index: Any) -> Tensor:
+def gather(x: Any, axis: int | None = None, index: Any = None, *, dim: int | None = None
+           ) -> Tensor:
     """``torch.gather(x, axis, index)``: out[i][j][k] = x[i][index[i][j][k]][k]
     for axis 1 (likewise for any axis; Q(s, a) in RL). ``index`` holds
     integers in [0, x.shape[axis]) (a NumPy array, or on "cuda" a Numba device
     array), has x's rank and at most x's size along every other axis. Any
     other index, a negative one too (as ``torch.gather``), raises IndexError:
     host indices before anything runs, a device array's once its kernel has
-    run (which reads nothing outside x). The gradient adds repeated indices up."""
+    run (which reads nothing outside x). The gradient adds repeated indices up.
+    ``dim=`` is PyTorch's name for ``axis``."""
+    if dim is not None:
+        axis = alias("gather", axis, "axis", dim, "dim")
+    if axis is None or index is None:
+        raise TypeError("gather(x, axis, index): both axis (or dim=) and index are needed")
     return _gather(x, axis, index, "gather")
 
 

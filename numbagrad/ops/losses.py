@@ -1,6 +1,11 @@
 """Losses: each forward computes the loss and its input gradient in one fused
 kernel; the backward hands that gradient on (scaled when the loss feeds
-further ops, say ``mse + 0.01 * reg``)."""
+further ops, say ``mse + 0.01 * reg``).
+
+Targets are differentiated as PyTorch differentiates them: a float target
+that requires a gradient (a param, or an op's output inside a tape) gets
+it through the per-element losses' kernels (``_pointwise``); the integer
+class indices of ``cross_entropy`` and ``nll_loss`` get none."""
 from __future__ import annotations
 
 import math
@@ -50,8 +55,9 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
     ``reduction="mean"`` averages over all elements (nan for none, as
     PyTorch), ``"sum"`` adds them, ``"none"`` gives the per-element losses.
     One fused kernel computes the loss and, for the backward pass, the
-    residual gradient; a target that requires a gradient gets it (as
-    PyTorch), through the per-element terms' kernels.
+    residual gradient. A target that requires a gradient gets PyTorch's,
+    minus the input's: -2 (pred - target) times the reduction's scale (1/N
+    for "mean") and the output's gradient.
     """
     if isinstance(target, Tensor) and target.requires_grad and _tape_state.box[0] > 0:
         return _pointwise(codes.SQUARED, pred, target, reduction, 0.0, "mse_loss")
@@ -110,7 +116,8 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
     binary cross-entropy in one stable formula (fine for logits of +-1000).
     ``target`` holds probabilities in [0, 1], same shape as ``logits``; the
     mean over no elements is nan, as PyTorch. A target that requires a
-    gradient gets PyTorch's, -logits (times the output's gradient)."""
+    gradient gets PyTorch's, -logits times the reduction's scale (1/N for
+    "mean") and the output's gradient."""
     if reduction == "none" or (isinstance(target, Tensor) and target.requires_grad
                                and _tape_state.box[0] > 0):
         return _pointwise(codes.LOGITS_BCE, logits, target, reduction, 0.0,
@@ -155,6 +162,10 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
     read or written outside the logits). With positions (d1, ...), the kernel
     reads the logits in place as (N, C, d1 * ...), the classes at stride
     d1 * ..., and writes the gradient in their layout: one launch either way.
+
+    The target gets no gradient (class indices are integers, as in
+    PyTorch); probability ("soft") targets are not offered: a float target
+    raises TypeError.
     """
     op = "cross_entropy"
     if reduction != "mean":
@@ -353,14 +364,17 @@ def _pointwise_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
     """|input - target|, PyTorch's ``F.l1_loss`` (gradient 0 where they are
     equal); ``reduction`` "mean", "sum" or "none" (the per-element losses).
-    Same shapes; a target that requires a gradient gets it, as PyTorch."""
+    Same shapes. A target that requires a gradient gets PyTorch's, minus
+    the input's: -sign(input - target) times the reduction's scale and the
+    output's gradient."""
     return _pointwise(codes.L1, input, target, reduction, 0.0, "l1_loss")
 
 
 def smooth_l1_loss(input: Any, target: Any, reduction: str = "mean",  # noqa: A002
                    beta: float = 1.0) -> Tensor:
     """PyTorch's ``F.smooth_l1_loss``: 0.5 d^2 / beta where |d| < beta, else
-    |d| - 0.5 beta (d = input - target; beta = 0 is l1_loss); see ``l1_loss``."""
+    |d| - 0.5 beta (d = input - target; beta = 0 is l1_loss); see ``l1_loss``.
+    A target that requires a gradient gets minus the input's, as PyTorch."""
     op = "smooth_l1_loss"
     if not is_scalar(beta) or not beta >= 0:
         raise ValueError(f"{op}: beta must be a real number >= 0, got {beta!r}")
@@ -372,7 +386,8 @@ def smooth_l1_loss(input: Any, target: Any, reduction: str = "mean",  # noqa: A0
 def huber_loss(input: Any, target: Any, reduction: str = "mean",  # noqa: A002
                delta: float = 1.0) -> Tensor:
     """PyTorch's ``F.huber_loss``: 0.5 d^2 where |d| < delta, else
-    delta (|d| - 0.5 delta); see ``l1_loss``."""
+    delta (|d| - 0.5 delta); see ``l1_loss``. A target that requires a
+    gradient gets minus the input's, as PyTorch."""
     op = "huber_loss"
     if not is_scalar(delta) or not delta > 0:
         raise ValueError(f"{op}: delta must be a real number > 0, got {delta!r}")
@@ -384,8 +399,10 @@ def binary_cross_entropy(input: Any, target: Any, reduction: str = "mean") -> Te
     -(t log(x) + (1 - t) log(1 - x)), each log clamped at -100, its gradient's
     denominator x (1 - x) at 1e-12. Inputs outside [0, 1] are an error on the
     CPU (checked on the host; on "cuda" they are not read back: nan or
-    garbage). See ``l1_loss`` for shapes and ``reduction``; the target's
-    gradient is PyTorch's, log(1 - x) - log(x), unclamped."""
+    garbage). See ``l1_loss`` for shapes and ``reduction``. A target that
+    requires a gradient gets PyTorch's, (log(1 - x) - log(x)) times the
+    reduction's scale and the output's gradient, unclamped (+-inf at x = 0
+    or 1, as PyTorch)."""
     return _pointwise(codes.BCE, input, target, reduction, 0.0, "binary_cross_entropy")
 
 
@@ -395,7 +412,8 @@ def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
     indices ``target`` (N,) (a NumPy integer array, uploaded on "cuda"):
     -log_probs[i, target[i]], 0 where target[i] == ignore_index; "mean"
     divides by the count of targets not ignored (nan when all are), as
-    PyTorch, "none" gives the (N,) losses."""
+    PyTorch, "none" gives the (N,) losses. The target (integers) gets no
+    gradient, as in PyTorch."""
     op = "nll_loss"
     reduce = check_reduction(op, reduction)
     x = operand(log_probs, op, "log_probs")

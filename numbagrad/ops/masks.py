@@ -179,11 +179,11 @@ def _where_backward(ctx: _Backward, node: Node, gout: Any) -> None:
                          pick)
 
 
-def astype(x: Any, dtype: Any) -> Tensor:
+def astype(x: Any, dtype: Any, copy: bool = False) -> Tensor:
     """``x`` cast to float32 or float64: differentiable between floats (the
     gradient is cast back); a boolean tensor becomes a 0/1 float mask with no
     gradient. The same dtype returns ``x`` itself (no copy, as PyTorch's
-    ``.to``; NumPy's ``astype`` would copy)."""
+    ``.to``; NumPy's ``astype`` would copy) unless ``copy`` (``clone()``)."""
     x = x if isinstance(x, Tensor) else operand(x, "astype")
     try:
         if dtype is None:     # (np.dtype(None) would be float64)
@@ -194,7 +194,7 @@ def astype(x: Any, dtype: Any) -> Tensor:
     if want not in _FLOATS:
         raise TypeError(f"astype: cannot cast a tensor of {describe(x)} to {want}: tensors "
                         "are float32 or float64 (a mask comes from a comparison)")
-    if want == x.dtype:
+    if want == x.dtype and not copy:
         return x
     kern = x._kern
     out = buffers.take(kern, x.shape, want)

@@ -56,6 +56,8 @@ def to_host(array) -> np.ndarray:
 
 def upload(host: np.ndarray, out) -> None:
     """Copy host data into an existing device array of the same shape."""
+    if out.size == 0:   # nothing to copy (the simulator refuses an empty copy's strides)
+        return
     _counts["transfers"] += 1
     out.copy_to_device(np.ascontiguousarray(host, dtype=out.dtype).reshape(out.shape))
 
