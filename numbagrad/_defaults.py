@@ -1,10 +1,12 @@
 """Process-wide defaults a user sets once: the default floating dtype.
 
 ``ng.set_default_dtype(np.float32)`` is PyTorch's ``torch.set_default_dtype``:
-layers built without ``dtype=`` and tensors built from Python numbers (lists,
-floats, ints) take it; NumPy arrays keep their own float dtype, as
-``torch.tensor(np_array)`` does. numbagrad's default stays float64 (NumPy's)
-until it is set, where PyTorch's is float32.
+layers built without ``dtype=`` (``dtype=None``, every ``ng.nn`` layer's
+default, read when the layer is built: layers built earlier keep theirs) and
+tensors built from Python numbers (lists, floats, ints) take it; NumPy arrays
+keep their own float dtype, as ``torch.tensor(np_array)`` does. numbagrad's
+default stays float64 (NumPy's) until it is set, where PyTorch's is float32.
+The setting is process-wide (every thread sees it), as PyTorch's is.
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ _default = [np.dtype(np.float64)]
 
 
 def set_default_dtype(dtype: Any) -> None:
-    """Make ``dtype`` (float32 or float64) the default floating dtype."""
+    """Make ``dtype`` (float32 or float64) the default floating dtype: what
+    layers built from now on without ``dtype=`` and tensors from Python
+    numbers use. Anything else is a TypeError, and the default is kept."""
     try:
         want = np.dtype(dtype)
     except TypeError:
@@ -29,5 +33,6 @@ def set_default_dtype(dtype: Any) -> None:
 
 
 def get_default_dtype() -> np.dtype:
-    """The default floating dtype (float64 until ``set_default_dtype``)."""
+    """The default floating dtype (float64 until ``set_default_dtype``), as a
+    ``np.dtype``; what an ``ng.nn`` layer's ``dtype=None`` means when built."""
     return _default[0]

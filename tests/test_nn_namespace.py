@@ -7,12 +7,12 @@ import types
 from numbagrad import nn
 
 
-def test_all_is_module_classes_and_init():
+def test_all_is_module_classes_and_the_submodules():
     assert len(set(nn.__all__)) == len(nn.__all__)
     for name in nn.__all__:
         value = getattr(nn, name)
-        if name == "init":
-            assert isinstance(value, types.ModuleType) and value.__name__ == "numbagrad.nn.init"
+        if name in ("init", "functional", "utils"):
+            assert isinstance(value, types.ModuleType) and value.__name__ == f"numbagrad.nn.{name}"
         else:
             assert inspect.isclass(value) and issubclass(value, nn.Module), name
             assert value.__name__ == name

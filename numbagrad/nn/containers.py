@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,7 +16,12 @@ __all__ = ["Sequential", "ModuleList", "ModuleDict"]
 
 
 class Sequential(Module):
-    """Modules applied in order; indexable, with ``len``; names "0", "1", ...
+    """Modules applied in order; indexable (a slice gives a Sequential), with
+    ``len``; names "0", "1", ..., or, given one ``OrderedDict`` of name ->
+    module (PyTorch's other form), its keys: ``Sequential(OrderedDict([("fc",
+    Linear(4, 2)), ("act", ReLU())]))`` has ``seq.fc``, ``seq[0]`` and the
+    state-dict key ``fc.weight``. A key is a non-empty string without "."
+    that is no attribute of the module, as PyTorch's.
 
     A ``Linear`` directly followed by a ``ReLU``, ``Tanh``, ``Sigmoid`` or
     ``LeakyReLU`` (slope >= 0) runs as one ``ng.linear(..., activation=)``:
@@ -24,18 +30,36 @@ class Sequential(Module):
     rounding of the bias addition; subclasses are never fused; ``fusion.py``).
     """
 
-    def __init__(self, *modules: Module) -> None:
+    def __init__(self, *modules: Any) -> None:
         super().__init__()
-        for i, module in enumerate(modules):
-            if not isinstance(module, Module):
-                raise TypeError(f"Sequential: argument {i} is {type(module).__name__}, "
-                                "not an ng.nn.Module")
-            setattr(self, str(i), module)
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+            pairs = list(modules[0].items())
+            for key, module in pairs:     # all checked before any is added
+                _checked_key(self, key)
+                _checked_module(module, f"Sequential: {key!r}")
+        else:
+            for i, module in enumerate(modules):
+                if not isinstance(module, Module):
+                    hint = (" (pass an OrderedDict for named modules, as PyTorch)"
+                            if isinstance(module, Mapping) else "")
+                    raise TypeError(f"Sequential: argument {i} is {type(module).__name__}, "
+                                    f"not an ng.nn.Module{hint}")
+            pairs = [(str(i), module) for i, module in enumerate(modules)]
+        for key, module in pairs:
+            setattr(self, key, module)
 
     def forward(self, x: Any) -> Any:
         return _run_fused(tuple(self._modules.values()), x)
 
-    def __getitem__(self, i: int) -> Module:
+    def __getitem__(self, i: Any) -> Module | Sequential:
+        if isinstance(i, slice):
+            return Sequential(OrderedDict(list(self._modules.items())[i]))
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"Sequential indices must be integers or slices, not "
+                            f"{type(i).__name__} (a name is an attribute: seq.name)")
+        n = len(self._modules)
+        if not -n <= i < n:
+            raise IndexError(f"Sequential: index {i} is out of range for {n} modules")
         return list(self._modules.values())[i]
 
     def __len__(self) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 from .. import ops
 from ..ops.conv import _ints
 from ..tensor import Tensor, param
-from .module import Module, _allocating
+from .module import Module, _allocating, _dtype
 
 
 class _ConvNd(Module):
@@ -23,7 +23,7 @@ class _ConvNd(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
-                 padding_mode: str = "zeros", *, dtype: Any = np.float64, device: str = "cpu",
+                 padding_mode: str = "zeros", *, dtype: Any = None, device: str = "cpu",
                  rng: np.random.Generator | None = None) -> None:
         name = type(self).__name__
         for what, n in (("in_channels", in_channels), ("out_channels", out_channels),
@@ -40,6 +40,7 @@ class _ConvNd(Module):
         if not isinstance(padding, str):
             padding = _ints(padding, self.rank, name, "padding", 0)
         super().__init__()
+        dtype = _dtype(dtype)
         rng = rng if rng is not None else np.random.default_rng()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size, self.groups = kernel, int(groups)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import ops
 from ..ops._common import is_scalar
 from ..tensor import Tensor, param
-from .module import Module, _allocating
+from .module import Module, _allocating, _dtype
 
 __all__ = ["Linear", "Identity", "Flatten", "Dropout", "Embedding"]
 
@@ -19,16 +19,18 @@ __all__ = ["Linear", "Identity", "Flatten", "Dropout", "Embedding"]
 class Linear(Module):
     """``y = x @ weight.T + bias`` with weight (out, in), bias (out,), PyTorch's
     default init: uniform in +-1/sqrt(in_features) for both, drawn from
-    ``rng`` (a NumPy Generator; a fresh one when None). float64 by default
-    because NumPy data is; pass ``dtype=np.float32`` for speed."""
+    ``rng`` (a NumPy Generator; a fresh one when None). ``dtype=None`` (every
+    layer's default) is ``ng.get_default_dtype()`` when the layer is built:
+    float64, NumPy's, until ``ng.set_default_dtype(np.float32)`` (faster)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 dtype: Any = np.float64, device: str = "cpu",
+                 dtype: Any = None, device: str = "cpu",
                  rng: np.random.Generator | None = None) -> None:
         for what, n in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
                 raise ValueError(f"Linear: {what} must be a positive integer, got {n!r}")
         super().__init__()
+        dtype = _dtype(dtype)
         rng = rng if rng is not None else np.random.default_rng()
         bound = 1.0 / math.sqrt(in_features)
         self.in_features, self.out_features = int(in_features), int(out_features)
@@ -97,7 +99,7 @@ class Embedding(Module):
     ``padding_idx`` row zeroed; that row gets no gradient."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 *, dtype: Any = np.float64, device: str = "cpu",
+                 *, dtype: Any = None, device: str = "cpu",
                  rng: np.random.Generator | None = None) -> None:
         for what, n in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
@@ -110,6 +112,7 @@ class Embedding(Module):
                                  f"{padding_idx!r}")
             padding_idx = int(padding_idx) % num_embeddings
         super().__init__()
+        dtype = _dtype(dtype)
         rng = rng if rng is not None else np.random.default_rng()
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.padding_idx = padding_idx

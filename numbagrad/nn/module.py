@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import kernels
+from .._defaults import get_default_dtype
 from ..tensor import Tensor
 
 __all__ = ["Module"]
@@ -341,3 +342,9 @@ def _allocating(layer: str, shape: tuple) -> Iterator[None]:
             raise
         raise MemoryError(f"{layer}: its parameter of shape {shape} "
                           f"({math.prod(shape):,} elements) cannot be allocated: {exc}") from None
+
+
+def _dtype(dtype: Any) -> Any:
+    """A layer's ``dtype=``: None means ``ng.get_default_dtype()`` now, at
+    construction (a later ``set_default_dtype`` leaves built layers alone)."""
+    return get_default_dtype() if dtype is None else dtype

@@ -12,7 +12,7 @@ from .. import kernels, ops
 from ..ops._common import is_scalar
 from ..ops.norm import _batch_norm
 from ..tensor import Tensor, param
-from .module import Module
+from .module import Module, _dtype
 
 
 def _positive(name: str, what: str, n: Any) -> int:
@@ -42,13 +42,14 @@ class LayerNorm(Module):
     shape when ``elementwise_affine`` (``bias=False``: no bias)."""
 
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, *, dtype: Any = np.float64, device: str = "cpu") -> None:
+                 bias: bool = True, *, dtype: Any = None, device: str = "cpu") -> None:
         items = normalized_shape if isinstance(normalized_shape, (tuple, list)) \
             else (normalized_shape,)
         shape = tuple(_positive("LayerNorm", "normalized_shape", n) for n in items)
         if not shape:
             raise ValueError("LayerNorm: normalized_shape must have at least 1 dim, got ()")
         super().__init__()
+        dtype = _dtype(dtype)
         self.normalized_shape, self.eps = shape, _eps("LayerNorm", eps)
         self.elementwise_affine = bool(elementwise_affine)
         self.weight = _filled(1.0, shape, dtype, device, True) if elementwise_affine else None
@@ -68,13 +69,14 @@ class GroupNorm(Module):
     per-channel ``weight`` (ones) and ``bias`` (zeros) when ``affine``."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
-                 affine: bool = True, *, dtype: Any = np.float64, device: str = "cpu") -> None:
+                 affine: bool = True, *, dtype: Any = None, device: str = "cpu") -> None:
         groups = _positive("GroupNorm", "num_groups", num_groups)
         channels = _positive("GroupNorm", "num_channels", num_channels)
         if channels % groups:
             raise ValueError(f"GroupNorm: num_groups={groups} must divide num_channels="
                              f"{channels}")
         super().__init__()
+        dtype = _dtype(dtype)
         self.num_groups, self.num_channels = groups, channels
         self.eps, self.affine = _eps("GroupNorm", eps), bool(affine)
         self.weight = _filled(1.0, (channels,), dtype, device, True) if affine else None
@@ -105,7 +107,7 @@ class _BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
                  affine: bool = True, track_running_stats: bool = True, *,
-                 dtype: Any = np.float64, device: str = "cpu") -> None:
+                 dtype: Any = None, device: str = "cpu") -> None:
         name = type(self).__name__
         channels = _positive(name, "num_features", num_features)
         if momentum is None:
@@ -115,6 +117,7 @@ class _BatchNorm(Module):
             raise ValueError(f"{name}: momentum must be a real number in [0, 1], got "
                              f"{momentum!r}")
         super().__init__()
+        dtype = _dtype(dtype)
         self.num_features, self.eps, self.momentum = channels, _eps(name, eps), float(momentum)
         self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
         self.weight = _filled(1.0, (channels,), dtype, device, True) if affine else None
