@@ -159,8 +159,11 @@ class _Backward:
         node = t._node
         if node is None and not self.collect:
             owner = t._owner   # an optimizer's window is one thread's (optim/window.py)
-            if owner is not None and owner._window.thread != self.thread:
-                owner._window.claim("backward()")
+            if owner is not None:
+                win = owner._window
+                if win.thread != self.thread:
+                    win.claim("backward()")
+                win.fed = True   # step() counts a micro-step only after a gradient
             if self.defer is None or t not in self.defer:
                 # A cleared accumulator holds zeros, so adding is always right.
                 t._live = True
@@ -323,6 +326,8 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     for t, g in calls.items():   # the per-call gradients (collected, or deferred by an alias)
         kernels.call(t._kern, "axpby", 0, 1.0, g, 1.0, t._accumulator())
         t._live = True
+        if t._owner is not None:
+            t._owner._window.fed = True
     if not collect:
         return None
     for g in calls.values():

@@ -136,7 +136,8 @@ class Tensor:
     def size(self) -> _Size:
         """The element count (NumPy's ``a.size``), which can also be called
         as PyTorch's ``t.size()`` (the shape) and ``t.size(dim)``."""
-        return _Size(self._data.size, self.shape)
+        size = _sizes.get(self._data.shape)
+        return size if size is not None else _size_of(self.shape)
 
     def numel(self) -> int:
         """The element count, as PyTorch's ``numel()``."""
@@ -497,6 +498,8 @@ class Tensor:
         if value is not acc:
             kernels.call(self._kern, "axpby", 0, 1.0, value, 0.0, acc)
         self._live = True
+        if self._owner is not None:
+            self._owner._window.fed = True   # a step() after this counts (optim/window.py)
 
     def _claim_window(self) -> None:
         """Take this param's optimizer window for the calling thread, or raise
@@ -539,6 +542,19 @@ def _refuse_while_compiling(what: str) -> None:
         raise RuntimeError(f"{what}: an in-place write inside a function ng.compile records "
                            "is not replayed by the compiled step; write it outside the "
                            "function, or out of place (y = y + x)")
+
+
+# one _Size per shape, so that ``t.size`` costs a dict lookup, not a new
+# object (ops read it); bounded: cleared when it holds _MAX_SIZES shapes
+_sizes: dict = {}
+_MAX_SIZES = 4096
+
+
+def _size_of(shape: tuple) -> _Size:
+    if len(_sizes) >= _MAX_SIZES:
+        _sizes.clear()
+    size = _sizes[shape] = _Size(int(np.prod(shape, dtype=np.int64)), shape)
+    return size
 
 
 def _note_write(t: Tensor) -> None:

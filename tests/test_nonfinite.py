@@ -163,8 +163,16 @@ def test_nonfinite_must_be_one_of_the_three(bad):
 
 # ------------------------------------------------- windows that add nothing
 def test_a_window_without_any_gradient_warns_naming_the_params(dev):
-    *_, opt = build(dev, "sgd", k=2)
-    opt.step()
+    A, B, opt = build(dev, "sgd", k=2)
+    with pytest.warns(RuntimeWarning, match=r"SGD.step\(\) was called with no gradient "
+                                            r"reaching its params \(A, B\)"):
+        assert opt.step() is False   # no backward since the last step: not counted
+    assert (opt.pending_steps, opt.t) == (0, 0)
+    A.grad = dev.tensor(np.ones((2, 3)), dtype=A.dtype)   # fed, then cleared: counted,
+    A.grad = None                                          # but the window stays empty
+    assert opt.step() is False and opt.pending_steps == 1
+    A.grad = dev.tensor(np.ones((2, 3)), dtype=A.dtype)
+    A.grad = None
     with pytest.warns(RuntimeWarning, match=r"window of 2 micro-step\(s\) .* no gradient for "
                                             r"any of this optimizer's params \(A, B\)"):
         assert opt.step() is True
@@ -188,8 +196,8 @@ def test_a_mapping_holding_none_of_the_params_warns(dev):
 
 def test_a_window_where_some_params_got_gradients_does_not_warn(dev, recwarn):
     A, _, opt = build(dev, "sgd", k=2)
-    mse_loss_of(dev, A, np.ones((3, 1)), np.zeros((2, 1))).backward()
-    opt.step()
-    opt.step()
+    for _ in range(2):
+        mse_loss_of(dev, A, np.ones((3, 1)), np.zeros((2, 1))).backward()
+        opt.step()
     assert opt.t == 1
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

@@ -19,6 +19,7 @@ import numba
 import numpy as np
 from numba import types as _nbtypes
 
+from ..kernels.cpu import _threads
 from ..optim.fused import FusedUpdate
 from .analysis import _Program, _Ref
 from .geometry import _address, _c_contiguous, _c_strides, _owner, _shape, _strides
@@ -188,6 +189,33 @@ class _Codegen:
             raise _Unsupported(f"kernel {fn.__name__} has no C wrapper")
         return self.slot(addr), "|".join(_type_text(t) for t in sig)
 
+    def serial_twin(self, name: str, cargs: tuple) -> str | None:
+        """For a threaded twin (``name`` ends in "_mt"), the meta slot of its
+        serial kernel's overload for the same arguments (compiled now if eager
+        mode never ran it), which the step runs while the thread governor has
+        the threads off (``_threads.ALLOWED``); None for any other kernel."""
+        if not name.endswith("_mt"):
+            return None
+        pair = getattr(self.prog.kern, "KERNELS", {}).get(name[:-3])
+        if pair is None or pair[1][1] != name:
+            return None
+        serial = pair[0][0]
+        sig = tuple(numba.typeof(a) for a in cargs)
+        if sig not in serial.overloads:
+            serial.compile(sig)
+        return self.kernel(serial, cargs, {})[0]
+
+    def governor_flag(self) -> str:
+        """The view of ``_threads.ALLOWED`` (1: threaded twins may run)."""
+        key = ("governor",)
+        if key not in self.views:
+            k = len(self.meta)
+            flag = _threads.ALLOWED
+            self.keep.append(flag)
+            self.meta += [flag.__array_interface__["data"][0], 1, flag.itemsize]
+            self.bind(key, f"_array(m, {k}, '<i8:1:C')")
+        return self.views[key]
+
     def arg(self, a: Any) -> str:
         return self.view(a) if isinstance(a, _Ref) else _scalar_expr(a[1], self.meta, self.fmeta)
 
@@ -231,6 +259,9 @@ class _Codegen:
         body = []
         for (fn, name, rargs, _), (cargs, kwargs) in zip(prog.calls, prog.originals):
             addr, expect = self.kernel(fn, cargs, kwargs)
+            serial = self.serial_twin(name, cargs)
+            if serial is not None:   # the thread governor's choice, read each call
+                addr = f"{addr} if {self.governor_flag()}[0] != 0 else {serial}"
             parts = [self.arg(a) for a in rargs]
             body.append(f"    _call({addr}, ({', '.join(parts)},), {expect!r})   # {name}")
         if self.boundary is not None:

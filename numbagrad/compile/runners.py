@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import buffers
+from ..kernels.cpu._threads import ALLOWED as _ALLOWED
 from ..kernels.cpu.indexing import first_invalid
 from ..optim.fused import FusedUpdate
 from ..optim.window import Window
@@ -44,6 +45,10 @@ class _Entry:
         self.opt_step = owner.optimizer.step if owner.optimizer is not None else _no_step
         if prog is not None:
             self.state = [(p, p._data, p._acc) for p in prog.params]
+            # the optimizers whose params the step's backward writes (without
+            # the tape): each run marks their windows fed, as a backward does
+            self.owners = list({id(p._owner): p._owner for p in prog.params
+                                if p._owner is not None}.values())
             self.param_args = [(i, args[i]) for i in prog.param_args]
 
     def tick(self) -> bool:
@@ -185,13 +190,17 @@ class _NjitEntry(_Entry):
             exec(self.source, env)   # noqa: S102 (generated from the recording)
             return env["run"]
         lines += [f"    _p{k}._live = True" for k in range(len(self.state))]
+        for j, opt in enumerate(self.owners):
+            env[f"_o{j}"] = opt
+            lines.append(f"    _o{j}._window.fed = True")
         # a loss tensor nothing else holds (nor its array) is refilled, else a new one
         lines += ["    for loss in _ring:", ("        if _rc(loss) == _idle[0] and "
                                                 "_rc(loss._data) == _idle[1]:"),
                   "            loss._data[_index] = v", "            break", "    else:",
                   "        loss = _new(v)",
                   *([f"    if fz == {FusedUpdate.COUNT}:", "        w.mode = 'grad'",
-                     "        w.pos += 1", "    else:", "        _commit(fz)"]
+                     "        w.pos += 1", "        w.fed = False", "    else:",
+                     "        _commit(fz)"]
                     if fused is not None else ["    _step()"]),
                   "    return loss",
                   "", "", "def calibrate():",     # the same frame shape as the loop above
@@ -279,7 +288,7 @@ class _ReplayEntry(_Entry):
                     v.kind == "tmp" and (v.index == lref.index or v.index in (self.outs or ()))))
                    for v in rkw.values()):
                 raise _Unsupported("a per-call keyword array")
-            plan.append((fn, tuple(fixed), dyn, kwargs))
+            plan.append((_governed(prog.kern, fn, name), tuple(fixed), dyn, kwargs))
         self.plan = plan
         self.checks = prog.checks
         refs = [d[2] for _, _, dyn, _ in plan for d in dyn if d[1] in ("in", "der")]
@@ -317,7 +326,10 @@ class _ReplayEntry(_Entry):
             return self._infer(args, derived)
         ring = self.ring_entry()
         views = ring[3]
+        threads = _ALLOWED[0]
         for fn, fixed, dyn, kw in self.plan:
+            if type(fn) is tuple:   # (serial, threaded): the thread governor's choice
+                fn = fn[threads]
             if dyn:
                 fixed = list(fixed)
                 for pos, kind, a in dyn:
@@ -330,6 +342,8 @@ class _ReplayEntry(_Entry):
             fn(*fixed, **kw)
         for p, _, _ in self.state:
             p._live = True
+        for opt in self.owners:
+            opt._window.fed = True
         loss = Tensor(ring[0], self.kern)
         self.opt_step()
         return loss
@@ -338,7 +352,10 @@ class _ReplayEntry(_Entry):
         """Inference: the recorded calls with new output buffers; fn's outputs."""
         temps = self.prog.temps
         roots = {k: self.kern.empty(_shape(temps[k]), temps[k].dtype) for k in self.outs}
+        threads = _ALLOWED[0]
         for fn, fixed, dyn, kw in self.plan:
+            if type(fn) is tuple:
+                fn = fn[threads]
             if dyn:
                 fixed = list(fixed)
                 for pos, kind, a in dyn:
@@ -348,6 +365,15 @@ class _ReplayEntry(_Entry):
             fn(*fixed, **kw)
         return self.prog.pack(tuple(Tensor(_view(roots[r.index], r.off, r.shape, r.strides),
                                            self.kern) for r in self.prog.outputs))
+
+
+def _governed(kern: ModuleType, fn: Callable, name: str) -> Any:
+    """A replayed call's kernel: ``fn``, or for a CPU threaded twin the pair
+    (serial, threaded) that ``_threads.ALLOWED[0]`` picks from on each run."""
+    pair = getattr(kern, "KERNELS", {}).get(name[:-3]) if name.endswith("_mt") else None
+    if pair is None or pair[1][1] != name or pair[1][0] is not fn:
+        return fn
+    return pair[0][0], fn
 
 
 class _EagerEntry(_Entry):

@@ -65,7 +65,7 @@ class FusedUpdate:
         if win.pos + 1 < win.accumulate_steps:
             return self.COUNT
         try:
-            lr = self.opt._lr_for(win.t)
+            lr = self.opt._lr_for(win.t)[0]
         except Exception:  # noqa: BLE001 (opt.step() raises it after the backward, as eager)
             return self.PYTHON
         self.boundary.arm(lr, win.accumulate_steps, self.all_live)
@@ -83,5 +83,7 @@ class FusedUpdate:
             win = self.win
             win.mode = "grad"
             win.pos += 1
+            win.fed = False
         elif begun != self.CLOSE or not self.boundary.applied():
+            self.win.fed = True   # the compiled step's backward wrote every param's .grad
             self.opt.step()

@@ -39,7 +39,8 @@ class Group:
     ``w`` holds the weights, ``g`` the ``.grad`` accumulators and ``win``
     (made on first use) the ``step(grads)`` window; ``slots`` is the update
     rule's per-element state (saved in state dicts), ``scratch`` its work
-    arrays (not saved).
+    arrays (not saved), ``hyper`` the ``opt.param_groups`` entry whose
+    hyper-parameters (lr, weight_decay, ...) its updates use.
     """
 
     def __init__(self, params: list[Tensor], owner: Optimizer) -> None:
@@ -71,6 +72,7 @@ class Group:
         self.sq = kernels.from_host(kern, np.zeros(1, np.float64))   # sumsq's result
         self.slots: dict[str, Any] = {}
         self.scratch: dict[str, Any] = {}
+        self.hyper: dict[str, Any] = {}   # the user's param group (a ParamGroup) it is part of
 
     def zeros(self, tail: int = TAIL) -> Any:
         """A new zeroed flat buffer of the group's size (plus ``tail``) and dtype."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import kernels
 from ..tensor import Tensor
-from . import _checks, schedules
+from . import _checks, param_groups, schedules
 from .groups import TAIL, Group
 from .rules import AdamRule, Rule, SGDRule
 from .window import Window
@@ -44,34 +44,74 @@ class Optimizer:
 
     def __init__(self, params: Any, rule: Rule, lr: Any, accumulate_steps: Any,
                  average: Any, max_grad_norm: Any, nonfinite: Any) -> None:
-        plist, names = _checks.collect_params(params)
+        kind = type(self).__name__
+        split = param_groups.split(params, kind)
         lr = _checks.lr_or_schedule(lr)
         k = _checks.steps(accumulate_steps)
         average = _checks.average(average)
         max_grad_norm = _checks.max_grad_norm(max_grad_norm)
         nonfinite = _checks.nonfinite(nonfinite)
+        checks = {"lr": _checks.lr_or_schedule, **rule.group_checks()}
+        defaults = {"lr": lr, **rule.group_defaults()}
+        user = []
+        for gi, (plist, _, keys) in enumerate(split):
+            made = param_groups.ParamGroup(plist, defaults, checks, rule.fixed(), kind)
+            try:
+                made.update(keys)
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"{kind}: param_groups[{gi}]: {exc.args[0]}") from None
+            user.append(made)
         # Validation is over; from here on the optimizer is built.
         self._rule = rule
-        self._lr = lr
         self._taken = False   # set when another optimizer adopts one of our params
-        by_key: dict[tuple, list[Tensor]] = {}
-        for p in plist:
-            by_key.setdefault((p.device, p.dtype), []).append(p)
-        groups = [Group(ps, self) for ps in by_key.values()]
-        for group in groups:
-            group.slots = rule.new_slots(group)
-        self._window = Window(groups, {p.id: name for p, name in zip(plist, names)}, k,
-                              average, max_grad_norm, nonfinite, type(self).__name__)
+        self.param_groups: list[param_groups.ParamGroup] = user
+        groups = []
+        names = {}
+        for made, (plist, pnames, _) in zip(user, split):
+            by_key: dict[tuple, list[Tensor]] = {}
+            for p, name in zip(plist, pnames):
+                by_key.setdefault((p.device, p.dtype), []).append(p)
+                names[p.id] = name
+            for ps in by_key.values():
+                group = Group(ps, self)
+                group.hyper = made
+                group.slots = rule.new_slots(group)
+                groups.append(group)
+        self._window = Window(groups, names, k, average, max_grad_norm, nonfinite, kind)
+        # A .grad set before the optimizer was built feeds its first step().
+        self._window.fed = any(p._live for g in groups for p in g.params)
 
     # ------------------------------------------------------- properties
     @property
     def lr(self) -> float:
-        """The learning rate the next update will use (a schedule evaluated at ``t``)."""
-        return self._lr_for(self._window.t) if callable(self._lr) else self._lr
+        """The learning rate the next update will use (a schedule evaluated at ``t``).
+
+        Setting it sets every param group's ``"lr"``. With groups of different
+        rates reading it raises: read ``opt.param_groups[i]["lr"]``.
+        """
+        return self._group_lr(self._shared("lr"), self._window.t)
 
     @lr.setter
     def lr(self, value: float | Callable[[int], float]) -> None:
-        self._lr = _checks.lr_or_schedule(value)
+        value = _checks.lr_or_schedule(value)
+        for pg in self.param_groups:
+            dict.__setitem__(pg, "lr", value)
+
+    @property
+    def _lr(self) -> Any:
+        """The lr as given (a float or a schedule) when every group shares it."""
+        return self._shared("lr")
+
+    def _shared(self, key: str) -> Any:
+        """A hyper-parameter every param group shares, or a ValueError naming theirs."""
+        groups = self.param_groups
+        first = groups[0][key]
+        for pg in groups[1:]:
+            if pg[key] is not first and pg[key] != first:
+                values = ", ".join(f"{pg.get(key)!r}" for pg in groups)
+                raise ValueError(f"{type(self).__name__}: {key} differs between the param "
+                                 f"groups ({values}); read opt.param_groups[i][{key!r}]")
+        return first
 
     @property
     def t(self) -> int:
@@ -139,29 +179,30 @@ class Optimizer:
         sample count. Returns False, too, when a non-finite window is skipped.
         """
         win = self._window
-        # The common calls, a .grad micro-step by this window's thread: all the
-        # checks below would pass. One that does not close the window only
-        # counts; one that closes it through the window's boundary kernel
-        # (built by an earlier close) runs just that when a param holds a
-        # gradient (else the path below warns).
-        if grads is None and samples is None and win.thread == get_ident() \
+        # The common calls, a .grad micro-step by this window's thread after a
+        # backward: all the checks below would pass. One that does not close
+        # the window only counts; one that closes it through the window's
+        # boundary kernel (built by an earlier close) runs just that when a
+        # param holds a gradient (else the path below warns).
+        if win.fed and grads is None and samples is None and win.thread == get_ident() \
                 and win.mode != "map" and win.average != "samples" and not self._taken:
             pos = win.pos + 1
             if pos < win.accumulate_steps:
                 win.mode = "grad"
                 win.pos = pos
+                win.fed = False
                 return False
             fused = win.boundary
             if fused and win.hook is None and pos == win.accumulate_steps:
                 live = fused.group.grad_flags()
                 if True in live:
                     try:
-                        lr = self._lr_for(win.t)
+                        lr = self._group_lr(fused.group.hyper["lr"], win.t)
                         win.mode = "grad"
                         win.pos = pos
                         if fused.close(lr, pos, live):
                             return True
-                        return win.close(self._rule, lr)   # non-finite: the Python path
+                        return win.close(self._rule, [lr])   # non-finite: the Python path
                     except BaseException:
                         win.release_if_idle()
                         raise
@@ -170,8 +211,12 @@ class Optimizer:
         try:
             n = win.check_samples(samples)
             plan = win.plan(grads)
+            if plan is None and not win.fed and win.hook is None:
+                win.warn_unfed()
+                win.release_if_idle()
+                return False
             closing = win.pos + 1 == win.accumulate_steps
-            lr = self._lr_for(win.t) if closing else 0.0
+            lr = self._lr_for(win.t) if closing else []
             win.warn_if_empty(plan, win.pos + 1 if closing else 0)
             win.record(plan, n)
             return win.close(self._rule, lr) if closing else False
@@ -221,11 +266,15 @@ class Optimizer:
         finally:
             win.release_if_idle()
 
-    def _lr_for(self, t: int) -> float:
-        if not callable(self._lr):
-            return self._lr
-        value = self._lr(t)
-        return _checks.lr_value(value, f"lr({t}) from the schedule {self._lr!r}")
+    def _lr_for(self, t: int) -> list[float]:
+        """Each flat group's learning rate for update ``t`` (its param group's)."""
+        return [self._group_lr(g.hyper["lr"], t) for g in self._window.groups]
+
+    @staticmethod
+    def _group_lr(lr: Any, t: int) -> float:
+        if not callable(lr):
+            return lr
+        return _checks.lr_value(lr(t), f"lr({t}) from the schedule {lr!r}")
 
     def _check_usable(self) -> None:
         if self._taken:
@@ -234,18 +283,22 @@ class Optimizer:
                                "use that optimizer (a param belongs to one at a time)")
 
     def _hyper(self) -> dict[str, Any]:
+        """The hyper-parameters: the first param group's lr and per-group keys (the
+        others' too, under "param_groups", when there are several)."""
         win = self._window
-        return {"lr": self._lr_state(), "accumulate_steps": win.accumulate_steps,
-                "average": win.average, "max_grad_norm": win.max_grad_norm,
-                "nonfinite": win.nonfinite, **self._rule.hyper()}
+        first = self.param_groups[0]
+        hyper = {"lr": param_groups.lr_state(first["lr"]),
+                 "accumulate_steps": win.accumulate_steps, "average": win.average,
+                 "max_grad_norm": win.max_grad_norm, "nonfinite": win.nonfinite,
+                 **self._rule.hyper(), **{k: first[k] for k in self._rule.group_keys}}
+        if len(self.param_groups) > 1:
+            hyper["param_groups"] = self._group_states()
+        return hyper
 
-    def _lr_state(self) -> Any:
-        lr = self._lr
-        if isinstance(lr, schedules.Schedule):
-            return lr.to_dict()
-        if callable(lr):
-            return {"schedule": "callable", "name": _callable_name(lr)}
-        return lr
+    def _group_states(self) -> list[dict[str, Any]]:
+        """Each param group's hyper-parameters as a state dict holds them."""
+        return [{"lr": param_groups.lr_state(pg["lr"]),
+                 **{k: pg[k] for k in self._rule.group_keys}} for pg in self.param_groups]
 
     # ------------------------------------------------------- state dict
     def state_dict(self) -> dict[str, Any]:
@@ -265,12 +318,14 @@ class Optimizer:
 
     def _state_dict(self) -> dict[str, Any]:
         win = self._window
-        if callable(self._lr) and not isinstance(self._lr, schedules.Schedule):
-            warnings.warn(f"lr is the callable {_callable_name(self._lr)}, which a state "
-                          f"dict cannot hold; it is saved by name only and "
-                          f"load_state_dict() keeps the loading optimizer's own lr "
-                          f"(ng.optim.schedules are saved by value)",
-                          RuntimeWarning, stacklevel=3)
+        for lr in {id(pg["lr"]): pg["lr"] for pg in self.param_groups}.values():
+            if callable(lr) and not isinstance(lr, schedules.Schedule):
+                warnings.warn(f"lr is the callable {_callable_name(lr)}, which a state "
+                              f"dict cannot hold; it is saved by name only and "
+                              f"load_state_dict() keeps the loading optimizer's own lr "
+                              f"(ng.optim.schedules are saved by value)",
+                              RuntimeWarning, stacklevel=3)
+        index = {p.id: i for i, p in enumerate(self.params)}
         groups = []
         for g in win.groups:
             kern = g.kern
@@ -286,7 +341,11 @@ class Optimizer:
         return {"type": type(self).__name__, "hyper": self._hyper(), "t": win.t,
                 "pos": win.pos, "mode": win.mode, "samples": win.samples,
                 "skipped": win.skipped, "last_grad_norm": win.last_grad_norm,
-                "groups": groups}
+                "fed": win.fed, "groups": groups,
+                # one group: its hyper-parameters are "hyper"'s, as before param groups
+                **({} if len(self.param_groups) == 1 else {"param_groups": [
+                    dict(h, params=[index[p.id] for p in pg["params"]])
+                    for h, pg in zip(self._group_states(), self.param_groups)]})}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict()`` output; checks everything before changing anything."""
@@ -302,18 +361,23 @@ class Optimizer:
 
     def _load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:
-            hyper, lr, counters, arrays = self._check_state(state)
+            hyper, per_group, counters, arrays = self._check_state(state)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed optimizer state dict: {exc!r}") from None
         win = self._window
-        self._lr = lr
         win.accumulate_steps = hyper.pop("accumulate_steps")
         win.average = hyper.pop("average")
         win.max_grad_norm = hyper.pop("max_grad_norm")
         win.nonfinite = hyper.pop("nonfinite")
-        self._rule.load(hyper)
+        self._rule.load({k: v for k, v in hyper.items() if k in self._rule.names})
+        fixed = self._rule.fixed()
+        for pg, values in zip(self.param_groups, per_group):
+            for key, value in {**values, **fixed}.items():
+                dict.__setitem__(pg, key, value)
         win.t, win.pos, win.samples, win.skipped, win.last_grad_norm = counters
         win.mode = state["mode"]
+        # older state dicts: a window holding micro-steps or a .grad was fed
+        win.fed = bool(state.get("fed", True))
         for g, saved in zip(win.groups, arrays):
             kern = g.kern
             tail = np.zeros(TAIL, g.dtype)
@@ -335,7 +399,7 @@ class Optimizer:
             raise ValueError(f"state dict is for {state['type']}, not {type(self).__name__}")
         win = self._window
         saved = state["hyper"]
-        lr = self._checked_lr(saved["lr"])
+        per_group = self._checked_groups(state, saved)
         hyper = {"accumulate_steps": _checks.steps(saved["accumulate_steps"]),
                  "average": _checks.average(saved["average"]),
                  # absent from state dicts of numbagrad 0.1: keep this optimizer's
@@ -383,15 +447,44 @@ class Optimizer:
                                              array.dtype, hyper["nonfinite"] != "ignore",
                                              name in _NON_NEGATIVE)
                           for name, array in g.slots.items()}})
-        return hyper, lr, (t, pos, samples, skipped, norm), arrays
+        return hyper, per_group, (t, pos, samples, skipped, norm), arrays
 
-    def _checked_lr(self, saved: Any) -> Any:
+    def _checked_groups(self, state: Mapping[str, Any], saved: Mapping[str, Any]
+                        ) -> list[dict[str, Any]]:
+        """Each param group's hyper-parameters from a state dict, checked. A state
+        dict without "param_groups" (numbagrad before them) gives every group
+        its one lr and rule hyper-parameters."""
+        mine = self.param_groups
+        keys = self._rule.group_keys
+        groups = state.get("param_groups")
+        if groups is None:
+            groups = [{"lr": saved["lr"], **{k: saved[k] for k in keys if k in saved}}
+                      for _ in mine]
+        elif len(groups) != len(mine):
+            raise ValueError(f"state dict has {len(groups)} param groups (param_groups), "
+                             f"this optimizer {len(mine)}")
+        else:
+            index = {p.id: i for i, p in enumerate(self.params)}
+            for gi, (g, pg) in enumerate(zip(groups, mine)):
+                if "params" in g and list(g["params"]) != [index[p.id] for p in pg["params"]]:
+                    raise ValueError(f"state dict param_groups[{gi}] holds params "
+                                     f"{list(g['params'])}, this optimizer's "
+                                     f"{[index[p.id] for p in pg['params']]}")
+        out = []
+        for gi, (g, pg) in enumerate(zip(groups, mine)):
+            values = {"lr": self._checked_lr(g["lr"], pg["lr"])}
+            for key in keys:
+                values[key] = pg.checked(key, g[key]) if key in g else pg[key]
+            out.append(values)
+        return out
+
+    def _checked_lr(self, saved: Any, own: Any) -> Any:
         if not isinstance(saved, Mapping):
             return _checks.lr_value(saved)
         if saved.get("schedule") != "callable":
             return schedules.from_dict(saved)
-        if callable(self._lr) and not isinstance(self._lr, schedules.Schedule):
-            return self._lr
+        if callable(own) and not isinstance(own, schedules.Schedule):
+            return own
         raise ValueError(f"the state dict's lr was the callable {saved.get('name')}, which "
                          f"was not saved; build this optimizer with that callable as lr "
                          f"before loading")
@@ -461,7 +554,7 @@ class SGD(Optimizer):
 
     @property
     def weight_decay(self) -> float:
-        return self._rule.weight_decay
+        return self._shared("weight_decay")
 
 
 class Adam(Optimizer):
@@ -479,11 +572,11 @@ class Adam(Optimizer):
 
     @property
     def betas(self) -> tuple[float, float]:
-        return self._rule.betas
+        return self._shared("betas")
 
     @property
     def eps(self) -> float:
-        return self._rule.eps
+        return self._shared("eps")
 
 
 class AdamW(Adam):
@@ -501,4 +594,4 @@ class AdamW(Adam):
 
     @property
     def weight_decay(self) -> float:
-        return self._rule.weight_decay
+        return self._shared("weight_decay")

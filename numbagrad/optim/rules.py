@@ -34,6 +34,21 @@ class Rule:
     """Base class: ``names`` lists the hyper-parameters saved in state dicts."""
 
     names: tuple[str, ...] = ()
+    # The hyper-parameters a param group may set (``opt.param_groups``),
+    # besides lr; the rule's own values are the defaults of every group.
+    group_keys: tuple[str, ...] = ()
+    # Shown in every param group, set only for the optimizer as a whole.
+    fixed_keys: tuple[str, ...] = ()
+
+    def group_checks(self) -> dict[str, Callable[[Any], Any]]:
+        """A validator for each of ``group_keys``."""
+        return {}
+
+    def group_defaults(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.group_keys}
+
+    def fixed(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.fixed_keys}
 
     def new_slots(self, group: Group) -> dict[str, Any]:
         """The per-element (or per-param) state of a new group, zeroed."""
@@ -63,10 +78,15 @@ class SGDRule(Rule):
     """``torch.optim.SGD``: ``d = g + wd * w; v = momentum * v + d; w -= lr * v``."""
 
     names = ("momentum", "weight_decay")
+    group_keys = ("weight_decay",)
+    fixed_keys = ("momentum",)
 
     def __init__(self, momentum: Any, weight_decay: Any) -> None:
         self.momentum = _checks.unit("momentum", momentum)
         self.weight_decay = _checks.non_negative("weight_decay", weight_decay)
+
+    def group_checks(self) -> dict[str, Callable[[Any], Any]]:
+        return {"weight_decay": functools.partial(_checks.non_negative, "weight_decay")}
 
     def new_slots(self, group: Group) -> dict[str, Any]:
         return {"momentum_buffer": group.zeros(tail=0)} if self.momentum else {}
@@ -75,12 +95,12 @@ class SGDRule(Rule):
         v = group.slots.get("momentum_buffer", group.g)
         return BoundaryKernel(boundary.sgd_close,
                               (group.w, group.g, group.g_body, v, group.seg, group.live, sq, ctl),
-                              lambda: (0, self.momentum, self.weight_decay), None)
+                              lambda: (0, self.momentum, group.hyper["weight_decay"]), None)
 
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
         v = group.slots.get("momentum_buffer", flat_grad)
         kernels.call(group.kern, "sgd_update", 0, group.w, flat_grad, v, group.seg, group.live,
-                     lr, self.momentum, scale, self.weight_decay)
+                     lr, self.momentum, scale, group.hyper["weight_decay"])
 
     def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         momentum = _checks.unit("momentum", saved["momentum"])
@@ -104,6 +124,14 @@ class AdamRule(Rule):
         self.betas, self.eps = self._checked(betas, eps)
         self.weight_decay = _checks.non_negative("weight_decay", weight_decay)
         self.names = ("betas", "eps", "weight_decay") if decoupled else ("betas", "eps")
+        self.group_keys = self.names
+
+    def group_checks(self) -> dict[str, Callable[[Any], Any]]:
+        checks = {"betas": lambda b: self._checked(b, 1.0)[0],
+                  "eps": lambda e: self._checked((0.0, 0.0), e)[1]}
+        if "weight_decay" in self.names:
+            checks["weight_decay"] = functools.partial(_checks.non_negative, "weight_decay")
+        return checks
 
     @staticmethod
     def _checked(betas: Any, eps: Any) -> tuple[tuple[float, float], float]:
@@ -128,20 +156,23 @@ class AdamRule(Rule):
         slots = group.slots
         first = slots["step"]    # the kernel's steps_a: PARITY 1 once the counts swapped
 
+        hyper = group.hyper
+
         def values() -> tuple:
-            return (0 if slots["step"] is first else 1, *self.betas, self.eps,
-                    self.weight_decay)
+            return (0 if slots["step"] is first else 1, *hyper["betas"], hyper["eps"],
+                    hyper.get("weight_decay", 0.0))
         return BoundaryKernel(boundary.adam_close, (
             group.w, group.g, group.g_body, slots["exp_avg"], slots["exp_avg_sq"], group.seg,
             group.live, first, group.scratch["next_step"], sq, ctl), values,
             functools.partial(_swap_steps, group))
 
     def update(self, group: Group, flat_grad: Any, lr: float, scale: float) -> None:
-        slots, scratch = group.slots, group.scratch
+        slots, scratch, hyper = group.slots, group.scratch, group.hyper
+        beta1, beta2 = hyper["betas"]
         kernels.call(group.kern, "adam_update", 0, group.w, flat_grad, slots["exp_avg"],
                      slots["exp_avg_sq"], group.seg, group.live, slots["step"],
-                     scratch["next_step"], lr, self.betas[0], self.betas[1], self.eps, scale,
-                     self.weight_decay)
+                     scratch["next_step"], lr, beta1, beta2, hyper["eps"], scale,
+                     hyper.get("weight_decay", 0.0))
         _swap_steps(group)
 
     def checked(self, saved: Mapping[str, Any]) -> dict[str, Any]:

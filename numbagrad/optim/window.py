@@ -71,6 +71,10 @@ class Window:
         self.hook: WindowHook | None = None
         self.all_live = False        # update every param, reached or not (distributed)
         self.boundary: Boundary | bool | None = None   # built on the first close; False: none
+        # Whether a gradient reached a param's .grad since the last step()
+        # (backward's ``_Backward.dest``, ``run_backward``, the .grad setter):
+        # a step() without one is not counted (``warn_unfed``).
+        self.fed = False
         # The ident of the thread holding the window, or None (see claim).
         self.thread: int | None = None
 
@@ -185,6 +189,14 @@ class Window:
                           f"gradient for any of this optimizer's params "
                           f"({self._param_names()})", RuntimeWarning, stacklevel=3)
 
+    def warn_unfed(self) -> None:
+        """The warning for a step() that no gradient reached: it is not counted."""
+        warnings.warn(f"{self.kind}.step() was called with no gradient reaching its params "
+                      f"({self._param_names()}) since the last step() (no backward() into "
+                      f"them, no .grad set); it is not counted as a micro-step "
+                      f"({self.pos} of accumulate_steps={self.accumulate_steps} pending, "
+                      f"t={self.t}) and returns False", RuntimeWarning, stacklevel=4)
+
     def _holds_gradient(self, plan: list | None) -> bool:
         if plan:
             return True
@@ -206,13 +218,15 @@ class Window:
         self.mode = "grad" if plan is None else "map"
         self.pos += 1
         self.samples += samples
+        self.fed = False
 
     # -------------------------------------------------------- boundary
-    def close(self, rule: Rule, lr: float, positions: int | None = None,
+    def close(self, rule: Rule, lrs: list[float], positions: int | None = None,
               stacklevel: int = 4) -> bool:
         """Apply the window's total; False if it was skipped as non-finite (or,
         with a distributed hook, if every rank's window was empty).
 
+        ``lrs`` holds each group's learning rate (its param group's).
         ``positions`` is how many micro-steps the window holds (``flush``
         passes it); with a distributed hook its allreduce sums them instead. A
         ``.grad`` window with a ``Boundary`` (no hook, not ``average="samples"``)
@@ -224,7 +238,7 @@ class Window:
         if fused is None:
             fused = self.fused_boundary(rule)
         if fused and mode == "grad" and self.hook is None and self.average != "samples" \
-                and fused.close(lr, self.pos if positions is None else positions):
+                and fused.close(lrs[0], self.pos if positions is None else positions):
             return True
         buffers = []
         for group in self.groups:
@@ -255,7 +269,7 @@ class Window:
                    for i in g.nonfinite(flat)]
             if bad:
                 return self._drop(mode, bad, stacklevel)
-        for group, flat in zip(self.groups, buffers):
+        for group, flat, lr in zip(self.groups, buffers, lrs):
             rule.update(group, flat, lr, scale)
         self.last_grad_norm = None if norm < 0 else norm   # -1.0: not needed
         self.finish(mode)
@@ -321,10 +335,12 @@ class Window:
         self.pos = 0
         self.mode = None
         self.samples = 0
+        self.fed = False
         self.release()
 
     # ------------------------------------------------------------ .grad
     def zero_grad(self) -> None:
+        self.fed = False   # what reached .grad is discarded
         if self.mode == "grad" and self.pos:
             warnings.warn(f"zero_grad() discarded {self.pos} accumulated micro-batch(es) "
                           f"of an unfinished window (accumulate_steps="

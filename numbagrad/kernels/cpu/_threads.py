@@ -13,12 +13,41 @@ bits cannot depend on the split. Kernels that sum (the losses, a full
 ``sum_to``) add ``SPAN``-element spans into float64 partial sums and the
 partials in order, in both twins, so they agree bit for bit whatever the
 thread count.
+
+The governor (``Governor``, issue 35.1): a threaded call on a machine whose
+cores other processes keep busy waits for the slowest of its threads, which
+shares a core (seen: 5-10x the serial kernel's time, a transformer step 4x
+slower than serial). A daemon thread, ``numbagrad-thread-governor``, reads
+every ``INTERVAL`` (0.25 s) how long this process's threads sat runnable but
+waiting for a core (the kernel's ``/proc/self/task/*/schedstat``; not on
+other systems, where the governor stays off). Waiting for at least a tenth
+of the window, and a fifth of what they ran, means the cores are
+contended: the threaded twins are switched off, serial kernels run every
+call, and after a back-off (0.5 s, doubled each time a trial finds the cores
+still busy, up to 4 s; postponed while even the serial thread waits) a
+``PROBE`` window tries the threads again, which stay on once it finds the
+cores free. The switch is ``kernels.cpu.KERNEL_FNS``, swapped between the
+(serial, threaded) tables and (serial, serial): ``kernels.call`` pays
+nothing new, and ``MT_MIN`` (which tests and the optimizer read) is left
+alone. ``ng.compile``'s generated step reads the same switch, ``ALLOWED[0]``,
+before each threaded kernel. While an observer is subscribed (ng.compile
+recording a step) the threads stay on, so a recording names the kernels the
+threshold picks. The twins give the same bits, so switching never changes a
+result. ``NUMBAGRAD_THREAD_GOVERNOR=0`` turns the governor off (threads as
+the threshold says, always); the optimizer kernels time their own variants
+(``optim._Dispatch``).
 """
 from __future__ import annotations
 
+import math
+import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
@@ -66,8 +95,9 @@ SPAN = 1 << 12    # elementwise/loss kernels' elements per task; the losses' sum
 #     them as one task and the bias gradient calls sum_to.
 # 2**16 is where every threaded kernel the ops use wins in both dtypes.
 # With another process busy on a core a threaded call waits for it (seen:
-# ~8 ms per call), so on a loaded machine set NUMBAGRAD_PARALLEL_MIN=0
-# (never threaded). The optimizer kernels (optim.py) use this threshold too.
+# ~8 ms per call): the governor below then switches to the serial kernels
+# (NUMBAGRAD_PARALLEL_MIN=0: never threaded). The optimizer kernels (optim.py)
+# use this threshold too.
 PARALLEL_MIN = env_int("NUMBAGRAD_PARALLEL_MIN", 1 << 16)
 NEVER = sys.maxsize
 MT_MIN = PARALLEL_MIN if PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1 else NEVER
@@ -121,3 +151,238 @@ def num_threads(typingctx):
                                             "get_num_threads")
         return builder.call(fn, [])
     return numba.types.intp(), codegen
+
+
+# ---------------------------------------------------------------- the governor
+# 1: the threaded twins may run; 0: the cores are contended, serial kernels
+# only. The governor's switch, read by ng.compile's generated steps (their
+# meta holds its address).
+ALLOWED = np.ones(1, np.int64)
+GOVERNED = env_int("NUMBAGRAD_THREAD_GOVERNOR", 1)   # 0: never switch the threads off
+_TABLES: list = []    # [(serial, serial), (serial, threaded)]: KERNEL_FNS by ALLOWED[0]
+
+Sample = dict   # thread id -> (ns run on a core, ns waited runnable), cumulative
+
+
+def schedstat() -> Sample | None:
+    """This process's threads' scheduler counts (``/proc/self/task/*/schedstat``:
+    ns run, ns waited runnable for a core), or None where there are none."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                ran, waited = f.read().split()[:2]
+        except (OSError, ValueError):
+            continue   # a thread that ended meanwhile
+        out[int(tid)] = (int(ran), int(waited))
+    return out or None
+
+
+def _package() -> object | None:
+    """The CPU kernels' package once it is initialised (has ``KERNEL_FNS``)."""
+    package = sys.modules.get(__package__)
+    return package if getattr(package, "KERNEL_FNS", None) is not None else None
+
+
+def allow_threads(on: bool) -> None:
+    """Switch the threaded twins on or off: ``ALLOWED[0]`` and the table
+    ``kernels.call`` indexes (``KERNEL_FNS``: its threaded half is the serial
+    one while off). Results are the same bits either way."""
+    package = _package()
+    if package is None:
+        return
+    if not _TABLES:
+        fns = package.KERNEL_FNS
+        _TABLES.extend([(fns[0], fns[0]), fns])
+        hook = sys.modules.get(__package__.rsplit(".", 1)[0] + "._hook")
+        if hook is not None:   # a recording sees the kernels the threshold picks
+            hook._on_subscribe.append(_force)
+    ALLOWED[0] = int(on)
+    package.KERNEL_FNS = _TABLES[int(on)]
+
+
+def _observed() -> bool:
+    hook = sys.modules.get(__package__.rsplit(".", 1)[0] + "._hook")
+    return hook is not None and hook._observer is not None
+
+
+class Governor:
+    """Decides, from measured waits for a core, whether the threaded twins run.
+
+    ``tick()`` takes one ``sample()`` and compares it with the last: over the
+    window, the process's threads waited ``wait`` ns for a core and ran
+    ``run`` ns. ``contended`` windows (``wait >= WAIT_CORES * wall`` and
+    ``wait >= WAIT_SHARE * run``) switch threaded mode off through
+    ``apply(False)``; in serial mode, once ``backoff`` seconds have passed
+    with no contended window, ``apply(True)`` starts a ``PROBE``-second trial,
+    kept when its window is not contended. A trial that fails (threads
+    switched off again within ``SETTLE`` s of switching on) doubles the
+    back-off, up to ``MAX_BACKOFF``; windows in which the threads hardly
+    ran (``IDLE``) do not count towards ``SETTLE``. ``sample``, ``clock``, ``apply`` and
+    ``observed`` are parameters so tests can drive it without load or time.
+    """
+
+    INTERVAL = 0.25      # s between ticks
+    PROBE = 0.05         # s a trial of the threads lasts
+    FIRST_BACKOFF = 0.5  # s in serial mode before the first trial
+    MAX_BACKOFF = 4.0
+    SETTLE = 2.0         # s of threaded mode after which a contended window is news
+    WAIT_CORES = 0.1     # waits per wall second (cores) that count as contention
+    WAIT_SHARE = 0.2     # ... and per second run
+    IDLE = 0.2           # runs per wall second (cores) below which a window says nothing
+
+    def __init__(self, sample: Callable[[], Sample | None] = schedstat,
+                 clock: Callable[[], float] = time.monotonic,
+                 apply: Callable[[bool], None] = allow_threads,
+                 observed: Callable[[], bool] = _observed) -> None:
+        self.sample, self.clock, self.apply, self.observed = sample, clock, apply, observed
+        self.threaded = True
+        self.since = -math.inf         # when the current mode began (no trial at first)
+        self.backoff = self.FIRST_BACKOFF
+        self.probe_at = 0.0            # serial mode: when the next trial starts
+        self.switches = 0
+        self.last: tuple[float, Sample] | None = None
+        self.lock = threading.Lock()   # tick (governor thread) vs force (subscribing thread)
+
+    def window(self, now: float, current: Sample) -> tuple[float, float, float]:
+        """(wall, run, wait) in seconds since the last sample, over the threads
+        present in both (one that started or ended meanwhile is left out)."""
+        last, self.last = self.last, (now, current)
+        if last is None or now <= last[0]:
+            return 0.0, 0.0, 0.0
+        run = wait = 0
+        before = last[1]
+        for tid, (ran, waited) in current.items():
+            old = before.get(tid)
+            if old is not None:
+                run += ran - old[0]
+                wait += waited - old[1]
+        return now - last[0], run * 1e-9, wait * 1e-9
+
+    def contended(self, wall: float, run: float, wait: float) -> bool:
+        """Whether a window's threads waited for a core enough to say the cores
+        are busy with other work."""
+        return wall > 0 and wait >= self.WAIT_CORES * wall and wait >= self.WAIT_SHARE * run
+
+    def tick(self) -> float | None:
+        """Measure the window since the last tick and decide; the seconds until
+        the next tick (None: no measurements here, stop)."""
+        current = self.sample()
+        if current is None:
+            return None
+        with self.lock:
+            now = self.clock()
+            wall, run, wait = self.window(now, current)
+            busy = self.contended(wall, run, wait)
+            if self.threaded:
+                if busy and not self.observed():
+                    failed = now - self.since < self.SETTLE
+                    self.backoff = (min(2 * self.backoff, self.MAX_BACKOFF) if failed
+                                    else self.FIRST_BACKOFF)
+                    self.switch(False, now)
+                    self.probe_at = now + self.backoff
+                elif not busy and run + wait < self.IDLE * wall:
+                    self.since += wall   # hardly ran: no evidence, not settling
+                return self.INTERVAL
+            if busy:       # even the serial thread waits: threads would wait more
+                self.probe_at = max(self.probe_at, now + self.backoff)
+            elif now >= self.probe_at:
+                self.switch(True, now)
+                return self.PROBE
+            return self.INTERVAL
+
+    def switch(self, on: bool, now: float) -> None:
+        self.threaded, self.since = on, now
+        self.switches += 1
+        self.apply(on)
+
+    def force(self) -> None:
+        """Threads on now, as the threshold says (an observer subscribes: a
+        recording must name the kernels the threshold picks)."""
+        with self.lock:
+            if not self.threaded:
+                self.switch(True, self.clock())
+
+
+governor: Governor | None = None
+_stop = threading.Event()
+_thread: list[threading.Thread] = []   # the running governor's thread
+
+
+def _loop(gov: Governor, stop: threading.Event) -> None:
+    delay: float | None = gov.INTERVAL
+    while delay is not None and not stop.wait(delay):
+        if _package() is None:    # the kernels still import: nothing to switch yet
+            continue
+        if not _TABLES:
+            allow_threads(True)   # the tables, and _force subscribed to observers
+        try:
+            delay = gov.tick()
+        except Exception:   # noqa: BLE001 (never let a measurement take threads down)
+            delay = None
+    if delay is None and not stop.is_set():   # no measurements: threads as the threshold says
+        with gov.lock:
+            if not gov.threaded:
+                gov.switch(True, gov.clock())
+
+
+def _force() -> None:
+    """Threads on while an observer subscribes (``kernels._hook._on_subscribe``)."""
+    if governor is not None:
+        governor.force()
+    if not ALLOWED[0]:
+        allow_threads(True)
+
+
+def start_governor() -> Governor | None:
+    """Start the governor thread (``Governor`` with the real measurements)
+    unless it runs, threads are never used, NUMBAGRAD_THREAD_GOVERNOR is 0, or
+    this system has no scheduler counts; the governor, or None."""
+    global governor, _stop
+    if governor is not None:
+        return governor
+    if not GOVERNED or MT_MIN == NEVER or schedstat() is None:
+        return None
+    governor = Governor()
+    _stop = threading.Event()
+    _thread[:] = [threading.Thread(target=_loop, args=(governor, _stop), daemon=True,
+                                   name="numbagrad-thread-governor")]
+    _thread[0].start()
+    return governor
+
+
+def stop_governor() -> None:
+    """Stop the governor thread and leave the threads on (tests; the opt-out
+    is NUMBAGRAD_THREAD_GOVERNOR=0)."""
+    global governor
+    gov, governor = governor, None
+    _stop.set()
+    for thread in _thread:
+        if thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+    _thread.clear()
+    if gov is not None:
+        with gov.lock:
+            if not gov.threaded:
+                gov.switch(True, gov.clock())
+    if _TABLES:
+        allow_threads(True)
+
+
+def _after_fork() -> None:
+    global governor
+    if governor is not None:   # its thread did not survive the fork
+        governor = None
+        _thread.clear()
+        if _TABLES:
+            allow_threads(True)
+        start_governor()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+start_governor()
