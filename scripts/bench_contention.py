@@ -1,13 +1,14 @@
 """Threads on a busy machine (issue 35.1): numbagrad's attention and GPT steps
 with the threads as shipped (the governor on) against the serial kernels
-(``NUMBAGRAD_PARALLEL_MIN=0``), first on a quiet machine, then beside
+(``NUMBAGRAD_PARALLEL_MIN=0``) and the threads without the governor
+(``NUMBAGRAD_THREAD_GOVERNOR=0``), first on a quiet machine, then beside
 ``--busy`` processes that spin on the cores.
 
 Each variant runs in its own process (``bench_peers.py --serve numbagrad``);
 their samples are interleaved round by round, so load that comes and goes
 falls on both. It prints each variant's median time per step with the
-spread ((q3 - q1) / median) and the ratio default / serial, which the issue
-asks to stay under 1.10 while the cores are busy. From the repository root::
+spread ((q3 - q1) / median) and its ratio to serial; the issue asks default /
+serial to stay under 1.10 while the cores are busy. From the repository root::
 
     python scripts/bench_contention.py                       # attention, gpt; 2 busy loops
     python scripts/bench_contention.py --cases attention --repeats 7 --json out.json
@@ -29,7 +30,10 @@ from bench_cases import CASES, MLP_ROW, short_size  # noqa: E402
 from bench_machine import blas_environment  # noqa: E402
 from bench_timing import Remote, Worker, interleaved  # noqa: E402
 
-VARIANTS = {"serial": {"NUMBAGRAD_PARALLEL_MIN": "0"}, "default": {}}
+# serial: no threads; default: as shipped (the governor on); ungoverned: the
+# threads as the threshold says whatever the load (what the governor fixes)
+VARIANTS = {"serial": {"NUMBAGRAD_PARALLEL_MIN": "0"}, "default": {},
+            "ungoverned": {"NUMBAGRAD_THREAD_GOVERNOR": "0"}}
 
 
 def _spin(stop: multiprocessing.synchronize.Event) -> None:
@@ -70,12 +74,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds per sample")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_args()
 
     env, _ = blas_environment(False)
     dtype, opt = MLP_ROW
     results: dict = {"cpus": os.cpu_count(), "busy": args.busy, "cases": {}}
-    workers = {name: Worker("numbagrad", {**env, **extra}) for name, extra in VARIANTS.items()}
+    workers = {name: Worker("numbagrad", {**env, **VARIANTS[name]})
+               for name in dict.fromkeys(["serial", *args.variants])}
     try:
         for case in args.cases:
             for w in workers.values():
@@ -85,13 +91,14 @@ def main() -> None:
             for load in (0, args.busy):
                 rows[f"busy={load}"] = measure(workers, case, args.repeats, args.min_time, load)
             results["cases"][case] = rows
-            print(f"\n{short_size(case)} ({dtype}, {opt}), {os.cpu_count()} cores")
-            print(f"  {'load':8} {'serial ms':>16} {'default ms':>16} {'default/serial':>15}")
+            print(f"\n{short_size(case)} ({dtype}, {opt}), {os.cpu_count()} cores: ms per "
+                  f"step ± spread, and / serial")
+            print(f"  {'load':8}" + "".join(f"{name:>26}" for name in workers))
             for load, row in rows.items():
-                s, d = row["serial"], row["default"]
-                ratio = d["median_s"] / s["median_s"]
-                print(f"  {load:8} {s['median_s'] * 1e3:9.2f} ±{s['spread']:5.1%} "
-                      f"{d['median_s'] * 1e3:9.2f} ±{d['spread']:5.1%} {ratio:14.2f}x")
+                base = row["serial"]["median_s"]
+                cells = [f"{r['median_s'] * 1e3:9.2f} ±{r['spread']:5.1%} "
+                         f"{r['median_s'] / base:6.2f}x" for r in (row[n] for n in workers)]
+                print(f"  {load:8}" + "".join(f"{c:>26}" for c in cells))
     finally:
         for w in workers.values():
             w.close()

@@ -447,3 +447,19 @@ def test_bench_gpt_peers_compute_the_same_update(monkeypatch):
     # per layer 4 linear layers x 3 GEMMs and 6 per attention slice (batch x heads),
     # then the head's 3
     assert len(bench.floor_gemms("gpt", np.float32)) == 2 * (12 + 6 * 2 * 2) + 3
+
+
+def test_bench_contention_times_serial_and_default_beside_busy_loops(tmp_path):
+    out = tmp_path / "contention.json"
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_contention.py"),
+                          "--cases", "attention", "--repeats", "1", "--min-time", "0.01",
+                          "--busy", "1", "--variants", "default", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(out.read_text())
+    rows = got["cases"]["attention"]
+    assert set(rows) == {"busy=0", "busy=1"}
+    for row in rows.values():
+        assert set(row) == {"serial", "default"}
+        assert all(v["median_s"] > 0 for v in row.values())
+    assert "/ serial" in run.stdout and "busy=1" in run.stdout

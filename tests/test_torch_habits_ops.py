@@ -161,3 +161,20 @@ def test_gather_takes_dim_as_torch():
         ng.gather(ng.tensor(a), 1, index, dim=1)
     with pytest.raises(TypeError, match="axis .* and index are needed"):
         ng.gather(ng.tensor(a), index=index)
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+@pytest.mark.parametrize("dev", devices())
+def test_a_python_number_takes_the_tensors_dtype(name, dev):
+    """PyTorch: a Python scalar never changes a tensor's dtype (ng.maximum(x32, 0)
+    raised "dtypes differ", and on CUDA refused the number as host data)."""
+    dev = dev_of(dev)
+    a = np.array([[-1.0, 0.0, 2.5], [0.5, -3.0, 0.0]], np.float32)
+    fn = getattr(ng, name)
+    for got in (fn(dev.tensor(a), 0), fn(0.0, dev.tensor(a)), fn(dev.tensor(a), np.float64(0))):
+        assert got.dtype == np.float32 and got.device == dev.name
+        np.testing.assert_array_equal(dev.host(got), getattr(torch, name)(
+            torch.tensor(a), torch.tensor(0.0)).numpy())
+    # the gradient at ties (x == 0) is split as torch's
+    matches_torch(lambda t: fn(t, 0), lambda t: getattr(torch, name)(t, torch.tensor(0.0)),
+                  [a.astype(np.float64)], dev=dev)

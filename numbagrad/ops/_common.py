@@ -47,11 +47,17 @@ def operand(x: Any, op: str, what: str = "input") -> Tensor:
 
 def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second operand")
          ) -> tuple[Tensor, Tensor]:
-    """Both operands as tensors on one device with one dtype."""
+    """Both operands as tensors on one device with one dtype. A Python (or
+    NumPy) number beside a tensor takes that tensor's dtype and device, as
+    in PyTorch: ``ng.maximum(x32, 0)`` stays float32 (NumPy would promote)."""
     if type(a) is Tensor and type(b) is Tensor and a._kern is b._kern:
         dtype = a._data.dtype
         if (dtype is _F64 or dtype is _F32) and b._data.dtype is dtype:
             return a, b
+    if isinstance(a, Tensor) and is_scalar(b):
+        b = _number_like(b, a)
+    elif isinstance(b, Tensor) and is_scalar(a):
+        a = _number_like(a, b)
     if isinstance(a, Tensor):
         b = coerce(b, a._kern, f"{op}: {names[1]}")
     else:
@@ -69,6 +75,14 @@ def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second opera
                         f"{names[1]} {b.dtype} (shape {b.shape}); convert one with "
                         "ng.tensor(x, dtype=...)")
     return a, b
+
+
+def _number_like(value: Any, like: Tensor) -> Tensor:
+    """A number as a 0-d tensor of ``like``'s dtype on its device."""
+    dtype = like._data.dtype if like._data.dtype in (_F32, _F64) else np.float64
+    host = np.array(value, dtype)
+    kern = like._kern
+    return Tensor(host if kern.name == "cpu" else kernels.from_host(kern, host), kern)
 
 
 def as2d(shape: tuple) -> tuple:

@@ -320,7 +320,7 @@ class Optimizer:
         win = self._window
         for lr in {id(pg["lr"]): pg["lr"] for pg in self.param_groups}.values():
             if callable(lr) and not isinstance(lr, schedules.Schedule):
-                warnings.warn(f"lr is the callable {_callable_name(lr)}, which a state "
+                warnings.warn(f"lr is the callable {param_groups.callable_name(lr)}, which a state "
                               f"dict cannot hold; it is saved by name only and "
                               f"load_state_dict() keeps the loading optimizer's own lr "
                               f"(ng.optim.schedules are saved by value)",
@@ -527,12 +527,6 @@ def _state_array(value: Any, key: str, shape: tuple, dtype: Any, slot: bool = Fa
         raise ValueError(f"state dict {key!r} holds the negative {array.flat[bad]} at "
                          f"index {bad}")
     return array
-
-
-def _callable_name(fn: Any) -> str:
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    module = getattr(fn, "__module__", None)
-    return f"{module}.{name}" if module else name
 
 
 class SGD(Optimizer):

@@ -20,9 +20,8 @@ shares a core (seen: 5-10x the serial kernel's time, a transformer step 4x
 slower than serial). A daemon thread, ``numbagrad-thread-governor``, reads
 every ``INTERVAL`` (0.25 s) how long this process's threads sat runnable but
 waiting for a core (the kernel's ``/proc/self/task/*/schedstat``; not on
-other systems, where the governor stays off). Waiting for at least a tenth
-of the window, and a fifth of what they ran, means the cores are
-contended: the threaded twins are switched off, serial kernels run every
+other systems, where the governor stays off). Waiting for a fifth of what
+they ran (and at least 2% of the window) means the cores are contended: the threaded twins are switched off, serial kernels run every
 call, and after a back-off (0.5 s, doubled each time a trial finds the cores
 still busy, up to 4 s; postponed while even the serial thread waits) a
 ``PROBE`` window tries the threads again, which stay on once it finds the
@@ -221,9 +220,13 @@ class Governor:
     with no contended window, ``apply(True)`` starts a ``PROBE``-second trial,
     kept when its window is not contended. A trial that fails (threads
     switched off again within ``SETTLE`` s of switching on) doubles the
-    back-off, up to ``MAX_BACKOFF``; windows in which the threads hardly
-    ran (``IDLE``) do not count towards ``SETTLE``. ``sample``, ``clock``, ``apply`` and
-    ``observed`` are parameters so tests can drive it without load or time.
+    back-off, up to ``MAX_BACKOFF``. A window in which the process was mostly
+    idle (runnable less than ``IDLE`` of it) and did not wait is no evidence:
+    it does not count towards ``SETTLE`` and starts no trial (seen: windows
+    half idle between short bursts of work found the cores "free" and let
+    the next burst start threaded on busy cores, 1.8x the serial time).
+    ``sample``, ``clock``, ``apply`` and ``observed`` are parameters so tests
+    can drive it without load or time.
     """
 
     INTERVAL = 0.25      # s between ticks
@@ -231,9 +234,11 @@ class Governor:
     FIRST_BACKOFF = 0.5  # s in serial mode before the first trial
     MAX_BACKOFF = 4.0
     SETTLE = 2.0         # s of threaded mode after which a contended window is news
-    WAIT_CORES = 0.1     # waits per wall second (cores) that count as contention
+    WAIT_CORES = 0.02    # waits per wall second (cores) that count as contention
     WAIT_SHARE = 0.2     # ... and per second run
-    IDLE = 0.2           # runs per wall second (cores) below which a window says nothing
+    # runnable (run + wait) per wall second (cores) below which a window of
+    # no contention says nothing: mostly idle, its few waits prove no free core
+    IDLE = 0.5
 
     def __init__(self, sample: Callable[[], Sample | None] = schedstat,
                  clock: Callable[[], float] = time.monotonic,
@@ -290,7 +295,10 @@ class Governor:
                 return self.INTERVAL
             if busy:       # even the serial thread waits: threads would wait more
                 self.probe_at = max(self.probe_at, now + self.backoff)
-            elif now >= self.probe_at:
+            elif now >= self.probe_at and run + wait >= self.IDLE * wall:
+                # a trial only while the serial kernels work: an idle window
+                # says nothing of the cores, and a trial begun then would have
+                # the next work start threaded on cores that may be busy
                 self.switch(True, now)
                 return self.PROBE
             return self.INTERVAL
