@@ -255,3 +255,15 @@ def test_the_opt_out_env_leaves_the_threads_to_the_threshold():
     bad = _probe("sometimes")
     assert bad.returncode != 0
     assert "NUMBAGRAD_THREAD_GOVERNOR must be an integer >= 0, got 'sometimes'" in bad.stderr
+
+
+def test_split_gemms_keep_their_threads_so_bits_never_follow_the_load(quiet):
+    """A split product's last bits depend on its blocks (kernels/cpu/matmul.py):
+    switched off, the governor still leaves gemm/linear/bgemm to the threshold."""
+    _threads.allow_threads(False)
+    try:
+        for name in _threads.SPLIT_BITS:
+            assert cpu.KERNEL_FNS[1][name] is getattr(cpu, name + "_mt")
+        assert cpu.KERNEL_FNS[1]["unary"] is cpu.unary
+    finally:
+        _threads.allow_threads(True)

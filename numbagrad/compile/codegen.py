@@ -194,7 +194,7 @@ class _Codegen:
         serial kernel's overload for the same arguments (compiled now if eager
         mode never ran it), which the step runs while the thread governor has
         the threads off (``_threads.ALLOWED``); None for any other kernel."""
-        if not name.endswith("_mt"):
+        if not name.endswith("_mt") or name[:-3] in _threads.SPLIT_BITS:
             return None
         pair = getattr(self.prog.kern, "KERNELS", {}).get(name[:-3])
         if pair is None or pair[1][1] != name:

@@ -287,9 +287,10 @@ class _BaseMLP(BaseEstimator):
             batch_loss = 0.0
             start = lo
             l2 = bool(alpha)   # the penalty's gradient goes into each window once
+            short = False
             for stop in cuts:
-                if stop == start:      # fewer samples than micro-batches
-                    opt.step()
+                if stop == start:      # fewer samples than micro-batches: flushed below
+                    short = True
                     continue
                 with grad_tape():
                     h = as_tensor(Xe[start:stop])
@@ -306,6 +307,8 @@ class _BaseMLP(BaseEstimator):
                     batch_loss += 0.5 * alpha * sq * scale
                 opt.step()
                 start = stop
+            if short:   # the window's micro-steps, fewer than accumulate_steps
+                opt.flush()
             total += batch_loss * n
         return total
 

@@ -21,13 +21,15 @@ slower than serial). A daemon thread, ``numbagrad-thread-governor``, reads
 every ``INTERVAL`` (0.25 s) how long this process's threads sat runnable but
 waiting for a core (the kernel's ``/proc/self/task/*/schedstat``; not on
 other systems, where the governor stays off). Waiting for a fifth of what
-they ran (and at least 2% of the window) means the cores are contended: the threaded twins are switched off, serial kernels run every
-call, and after a back-off (0.5 s, doubled each time a trial finds the cores
-still busy, up to 4 s; postponed while even the serial thread waits) a
-``PROBE`` window tries the threads again, which stay on once it finds the
-cores free. The switch is ``kernels.cpu.KERNEL_FNS``, swapped between the
-(serial, threaded) tables and (serial, serial): ``kernels.call`` pays
-nothing new, and ``MT_MIN`` (which tests and the optimizer read) is left
+they ran (and at least 2% of the window) means the cores are contended:
+the threaded twins are switched off, serial kernels run every call, and
+after a back-off (0.5 s, doubled each time a trial finds the cores still
+busy, up to 4 s; postponed while even the serial thread waits) a ``PROBE``
+window tries the threads again, which stay on once it finds the cores
+free. The switch is ``kernels.cpu.KERNEL_FNS``, swapped between the
+(serial, threaded) tables and (serial, serial) (but for ``SPLIT_BITS``, the
+GEMMs whose split changes their last bits: they keep their threads, so no
+result depends on the load): ``kernels.call`` pays nothing new, and ``MT_MIN`` (which tests and the optimizer read) is left
 alone. ``ng.compile``'s generated step reads the same switch, ``ALLOWED[0]``,
 before each threaded kernel. While an observer is subscribed (ng.compile
 recording a step) the threads stay on, so a recording names the kernels the
@@ -159,6 +161,10 @@ def num_threads(typingctx):
 ALLOWED = np.ones(1, np.int64)
 GOVERNED = env_int("NUMBAGRAD_THREAD_GOVERNOR", 1)   # 0: never switch the threads off
 _TABLES: list = []    # [(serial, serial), (serial, threaded)]: KERNEL_FNS by ALLOWED[0]
+# Kernels whose threaded twin splits a BLAS product into blocks, whose last
+# bits can differ from one whole call's (kernels/cpu/matmul.py): the governor
+# leaves them to the threshold, so that a result never depends on the load.
+SPLIT_BITS = frozenset({"gemm", "linear", "bgemm"})
 
 Sample = dict   # thread id -> (ns run on a core, ns waited runnable), cumulative
 
@@ -196,7 +202,8 @@ def allow_threads(on: bool) -> None:
         return
     if not _TABLES:
         fns = package.KERNEL_FNS
-        _TABLES.extend([(fns[0], fns[0]), fns])
+        off = {name: fns[1][name] if name in SPLIT_BITS else fn for name, fn in fns[0].items()}
+        _TABLES.extend([(fns[0], off), fns])
         hook = sys.modules.get(__package__.rsplit(".", 1)[0] + "._hook")
         if hook is not None:   # a recording sees the kernels the threshold picks
             hook._on_subscribe.append(_force)
