@@ -194,12 +194,9 @@ class _Codegen:
         serial kernel's overload for the same arguments (compiled now if eager
         mode never ran it), which the step runs while the thread governor has
         the threads off (``_threads.ALLOWED``); None for any other kernel."""
-        if not name.endswith("_mt") or name[:-3] in _threads.SPLIT_BITS:
+        serial = _threads.governed_serial(self.prog.kern, name)
+        if serial is None:
             return None
-        pair = getattr(self.prog.kern, "KERNELS", {}).get(name[:-3])
-        if pair is None or pair[1][1] != name:
-            return None
-        serial = pair[0][0]
         sig = tuple(numba.typeof(a) for a in cargs)
         if sig not in serial.overloads:
             serial.compile(sig)

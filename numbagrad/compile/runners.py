@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import buffers
 from ..kernels.cpu._threads import ALLOWED as _ALLOWED
-from ..kernels.cpu._threads import SPLIT_BITS as _SPLIT_BITS
+from ..kernels.cpu._threads import governed_serial
 from ..kernels.cpu.indexing import first_invalid
 from ..optim.fused import FusedUpdate
 from ..optim.window import Window
@@ -371,11 +371,8 @@ class _ReplayEntry(_Entry):
 def _governed(kern: ModuleType, fn: Callable, name: str) -> Any:
     """A replayed call's kernel: ``fn``, or for a CPU threaded twin the pair
     (serial, threaded) that ``_threads.ALLOWED[0]`` picks from on each run."""
-    pair = (getattr(kern, "KERNELS", {}).get(name[:-3])
-            if name.endswith("_mt") and name[:-3] not in _SPLIT_BITS else None)
-    if pair is None or pair[1][1] != name or pair[1][0] is not fn:
-        return fn
-    return pair[0][0], fn
+    serial = governed_serial(kern, name, fn)
+    return fn if serial is None else (serial, fn)
 
 
 class _EagerEntry(_Entry):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import kernels
-from ..tensor import Tensor
+from ..tensor import Tensor, tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
 
@@ -35,8 +35,7 @@ def _number(what: str, name: str, value: Any) -> float:
 
 
 def _tensor(value: float, dtype: Any = np.float32, device: str = "cpu") -> Tensor:
-    from ..tensor import tensor as make
-    return make(np.array(value, dtype), device=device)
+    return tensor(np.array(value, dtype), device=device)
 
 
 def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,

@@ -295,6 +295,11 @@ class Optimizer:
             hyper["param_groups"] = self._group_states()
         return hyper
 
+    def _group_params(self) -> list[list[int]]:
+        """Each param group's params as their indices in ``self.params``."""
+        index = {p.id: i for i, p in enumerate(self.params)}
+        return [[index[p.id] for p in pg["params"]] for pg in self.param_groups]
+
     def _group_states(self) -> list[dict[str, Any]]:
         """Each param group's hyper-parameters as a state dict holds them."""
         return [{"lr": param_groups.lr_state(pg["lr"]),
@@ -325,7 +330,6 @@ class Optimizer:
                               f"load_state_dict() keeps the loading optimizer's own lr "
                               f"(ng.optim.schedules are saved by value)",
                               RuntimeWarning, stacklevel=3)
-        index = {p.id: i for i, p in enumerate(self.params)}
         groups = []
         for g in win.groups:
             kern = g.kern
@@ -344,8 +348,8 @@ class Optimizer:
                 "fed": win.fed, "groups": groups,
                 # one group: its hyper-parameters are "hyper"'s, as before param groups
                 **({} if len(self.param_groups) == 1 else {"param_groups": [
-                    dict(h, params=[index[p.id] for p in pg["params"]])
-                    for h, pg in zip(self._group_states(), self.param_groups)]})}
+                    dict(h, params=params)
+                    for h, params in zip(self._group_states(), self._group_params())]})}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict()`` output; checks everything before changing anything."""
@@ -464,12 +468,10 @@ class Optimizer:
             raise ValueError(f"state dict has {len(groups)} param groups (param_groups), "
                              f"this optimizer {len(mine)}")
         else:
-            index = {p.id: i for i, p in enumerate(self.params)}
-            for gi, (g, pg) in enumerate(zip(groups, mine)):
-                if "params" in g and list(g["params"]) != [index[p.id] for p in pg["params"]]:
+            for gi, (g, params) in enumerate(zip(groups, self._group_params())):
+                if "params" in g and list(g["params"]) != params:
                     raise ValueError(f"state dict param_groups[{gi}] holds params "
-                                     f"{list(g['params'])}, this optimizer's "
-                                     f"{[index[p.id] for p in pg['params']]}")
+                                     f"{list(g['params'])}, this optimizer's {params}")
         out = []
         for gi, (g, pg) in enumerate(zip(groups, mine)):
             values = {"lr": self._checked_lr(g["lr"], pg["lr"])}

@@ -29,8 +29,9 @@ window tries the threads again, which stay on once it finds the cores
 free. The switch is ``kernels.cpu.KERNEL_FNS``, swapped between the
 (serial, threaded) tables and (serial, serial) (but for ``SPLIT_BITS``, the
 GEMMs whose split changes their last bits: they keep their threads, so no
-result depends on the load): ``kernels.call`` pays nothing new, and ``MT_MIN`` (which tests and the optimizer read) is left
-alone. ``ng.compile``'s generated step reads the same switch, ``ALLOWED[0]``,
+result depends on the load): ``kernels.call`` pays nothing new, and
+``MT_MIN`` (which tests and the optimizer read) is left alone.
+``ng.compile``'s generated step reads the same switch, ``ALLOWED[0]``,
 before each threaded kernel. While an observer is subscribed (ng.compile
 recording a step) the threads stay on, so a recording names the kernels the
 threshold picks. The twins give the same bits, so switching never changes a
@@ -195,8 +196,8 @@ def _package() -> object | None:
 
 def allow_threads(on: bool) -> None:
     """Switch the threaded twins on or off: ``ALLOWED[0]`` and the table
-    ``kernels.call`` indexes (``KERNEL_FNS``: its threaded half is the serial
-    one while off). Results are the same bits either way."""
+    ``kernels.call`` indexes (``KERNEL_FNS``: while off its threaded half is
+    the serial one, but for ``SPLIT_BITS``). Results are the same bits either way."""
     package = _package()
     if package is None:
         return
@@ -204,16 +205,34 @@ def allow_threads(on: bool) -> None:
         fns = package.KERNEL_FNS
         off = {name: fns[1][name] if name in SPLIT_BITS else fn for name, fn in fns[0].items()}
         _TABLES.extend([(fns[0], off), fns])
-        hook = sys.modules.get(__package__.rsplit(".", 1)[0] + "._hook")
+        hook = _hook()
         if hook is not None:   # a recording sees the kernels the threshold picks
             hook._on_subscribe.append(_force)
     ALLOWED[0] = int(on)
     package.KERNEL_FNS = _TABLES[int(on)]
 
 
+def _hook() -> object | None:
+    """``kernels._hook`` once imported (this module is imported before it)."""
+    return sys.modules.get(__package__.rsplit(".", 1)[0] + "._hook")
+
+
 def _observed() -> bool:
-    hook = sys.modules.get(__package__.rsplit(".", 1)[0] + "._hook")
+    hook = _hook()
     return hook is not None and hook._observer is not None
+
+
+def governed_serial(kern: object, name: str, threaded: Callable | None = None
+                    ) -> Callable | None:
+    """The serial kernel the governor runs in place of the threaded twin
+    ``name`` ("..._mt") of device module ``kern`` (``threaded``, when given,
+    must be that twin), or None: not a twin, or one of ``SPLIT_BITS``."""
+    if not name.endswith("_mt") or name[:-3] in SPLIT_BITS:
+        return None
+    pair = getattr(kern, "KERNELS", {}).get(name[:-3])
+    if pair is None or pair[1][1] != name or (threaded is not None and pair[1][0] is not threaded):
+        return None
+    return pair[0][0]
 
 
 class Governor:
@@ -317,7 +336,8 @@ class Governor:
 
     def force(self) -> None:
         """Threads on now, as the threshold says (an observer subscribes: a
-        recording must name the kernels the threshold picks)."""
+        recording must name the kernels the threshold picks; the governor
+        stops or has no measurements)."""
         with self.lock:
             if not self.threaded:
                 self.switch(True, self.clock())
@@ -340,9 +360,7 @@ def _loop(gov: Governor, stop: threading.Event) -> None:
         except Exception:   # noqa: BLE001 (never let a measurement take threads down)
             delay = None
     if delay is None and not stop.is_set():   # no measurements: threads as the threshold says
-        with gov.lock:
-            if not gov.threaded:
-                gov.switch(True, gov.clock())
+        gov.force()
 
 
 def _force() -> None:
@@ -381,9 +399,7 @@ def stop_governor() -> None:
             thread.join(timeout=5.0)
     _thread.clear()
     if gov is not None:
-        with gov.lock:
-            if not gov.threaded:
-                gov.switch(True, gov.clock())
+        gov.force()
     if _TABLES:
         allow_threads(True)
 
