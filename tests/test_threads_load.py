@@ -257,13 +257,35 @@ def test_the_opt_out_env_leaves_the_threads_to_the_threshold():
     assert "NUMBAGRAD_THREAD_GOVERNOR must be an integer >= 0, got 'sometimes'" in bad.stderr
 
 
-def test_split_gemms_keep_their_threads_so_bits_never_follow_the_load(quiet):
+def test_split_gemms_run_their_blocks_on_one_thread_with_the_same_bits(quiet):
     """A split product's last bits depend on its blocks (kernels/cpu/matmul.py):
-    switched off, the governor still leaves gemm/linear/bgemm to the threshold."""
+    switched off, the governor runs gemm/linear/bgemm's one-thread twins, the
+    same blocks on the calling thread, so the bits never follow the load."""
+    from numbagrad.kernels.cpu import matmul
     _threads.allow_threads(False)
     try:
-        for name in _threads.SPLIT_BITS:
-            assert cpu.KERNEL_FNS[1][name] is getattr(cpu, name + "_mt")
+        for name in ("gemm", "linear", "bgemm"):
+            assert cpu.KERNEL_FNS[1][name] is getattr(matmul, name + "_st")
         assert cpu.KERNEL_FNS[1]["unary"] is cpu.unary
     finally:
         _threads.allow_threads(True)
+    rng = np.random.default_rng(3)
+    m, k, n = 512, 160, 96             # 7.9M multiply-adds: above the split's minimum
+    assert m * k * n >= matmul._SPLIT_MIN
+    for dtype in (np.float32, np.float64):
+        a, b = (rng.standard_normal(s).astype(dtype) for s in ((m, k), (k, n)))
+        bias = rng.standard_normal(n).astype(dtype)
+        w = np.ascontiguousarray(b.T)
+        outs = []
+        for fns in ((matmul.gemm_mt, matmul.linear_mt, matmul.bgemm_mt),
+                    (matmul.gemm_st, matmul.linear_st, matmul.bgemm_st)):
+            g, lin = np.zeros((m, n), dtype), np.empty((m, n), dtype)
+            bg = np.zeros((1, m, n), dtype)
+            fns[0](a, b, g, False, False, 1.0, 0.0)
+            fns[1](a, w, bias, lin, True, S.IDENT, 0.0)
+            fns[2](a[None], b[None], bg, False, False, 1.0, 0.0, 1, 1, 1, 1)
+            outs.append((g, lin, bg))
+        for threaded, one in zip(*outs):
+            np.testing.assert_array_equal(threaded, one)
+        tol = 1e-4 if dtype == np.float32 else 1e-10   # entries ~ sqrt(k): absolute
+        np.testing.assert_allclose(outs[0][0], a @ b, rtol=tol, atol=tol)

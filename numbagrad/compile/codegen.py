@@ -190,10 +190,11 @@ class _Codegen:
         return self.slot(addr), "|".join(_type_text(t) for t in sig)
 
     def serial_twin(self, name: str, cargs: tuple) -> str | None:
-        """For a threaded twin (``name`` ends in "_mt"), the meta slot of its
-        serial kernel's overload for the same arguments (compiled now if eager
-        mode never ran it), which the step runs while the thread governor has
-        the threads off (``_threads.ALLOWED``); None for any other kernel."""
+        """For a threaded twin (``name`` ends in "_mt"), the meta slot of the
+        overload for the same arguments (compiled now if eager mode never ran
+        it) of the kernel the step runs while the thread governor has the
+        threads off (``_threads.governed_serial``, ``ALLOWED``); None for any
+        other kernel."""
         serial = _threads.governed_serial(self.prog.kern, name)
         if serial is None:
             return None

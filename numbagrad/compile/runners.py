@@ -370,7 +370,8 @@ class _ReplayEntry(_Entry):
 
 def _governed(kern: ModuleType, fn: Callable, name: str) -> Any:
     """A replayed call's kernel: ``fn``, or for a CPU threaded twin the pair
-    (serial, threaded) that ``_threads.ALLOWED[0]`` picks from on each run."""
+    (governed_serial's kernel, threaded) that ``_threads.ALLOWED[0]`` picks
+    from on each run."""
     serial = governed_serial(kern, name, fn)
     return fn if serial is None else (serial, fn)
 

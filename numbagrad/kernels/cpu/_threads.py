@@ -27,9 +27,9 @@ after a back-off (0.5 s, doubled each time a trial finds the cores still
 busy, up to 4 s; postponed while even the serial thread waits) a ``PROBE``
 window tries the threads again, which stay on once it finds the cores
 free. The switch is ``kernels.cpu.KERNEL_FNS``, swapped between the
-(serial, threaded) tables and (serial, serial) (but for ``SPLIT_BITS``, the
-GEMMs whose split changes their last bits: they keep their threads, so no
-result depends on the load): ``kernels.call`` pays nothing new, and
+(serial, threaded) tables and (serial, serial) (the GEMMs, whose split
+changes their last bits, run their ``ONE_THREAD`` twins instead: the same
+blocks on one thread): ``kernels.call`` pays nothing new, and
 ``MT_MIN`` (which tests and the optimizer read) is left alone.
 ``ng.compile``'s generated step reads the same switch, ``ALLOWED[0]``,
 before each threaded kernel. While an observer is subscribed (ng.compile
@@ -162,10 +162,11 @@ def num_threads(typingctx):
 ALLOWED = np.ones(1, np.int64)
 GOVERNED = env_int("NUMBAGRAD_THREAD_GOVERNOR", 1)   # 0: never switch the threads off
 _TABLES: list = []    # [(serial, serial), (serial, threaded)]: KERNEL_FNS by ALLOWED[0]
-# Kernels whose threaded twin splits a BLAS product into blocks, whose last
-# bits can differ from one whole call's (kernels/cpu/matmul.py): the governor
-# leaves them to the threshold, so that a result never depends on the load.
-SPLIT_BITS = frozenset({"gemm", "linear", "bgemm"})
+# name -> one-thread twin, for the kernels whose threaded twin splits a BLAS
+# product into blocks whose last bits can differ from one whole call's (the
+# GEMMs, kernels/cpu/matmul.py fills it): while off the governor runs these,
+# the same blocks on the calling thread, so no result depends on the load.
+ONE_THREAD: dict[str, Callable] = {}
 
 Sample = dict   # thread id -> (ns run on a core, ns waited runnable), cumulative
 
@@ -197,13 +198,13 @@ def _package() -> object | None:
 def allow_threads(on: bool) -> None:
     """Switch the threaded twins on or off: ``ALLOWED[0]`` and the table
     ``kernels.call`` indexes (``KERNEL_FNS``: while off its threaded half is
-    the serial one, but for ``SPLIT_BITS``). Results are the same bits either way."""
+    the serial one, or the ``ONE_THREAD`` twin). Results are the same bits either way."""
     package = _package()
     if package is None:
         return
     if not _TABLES:
         fns = package.KERNEL_FNS
-        off = {name: fns[1][name] if name in SPLIT_BITS else fn for name, fn in fns[0].items()}
+        off = {name: ONE_THREAD.get(name, fn) for name, fn in fns[0].items()}
         _TABLES.extend([(fns[0], off), fns])
         hook = _hook()
         if hook is not None:   # a recording sees the kernels the threshold picks
@@ -224,15 +225,17 @@ def _observed() -> bool:
 
 def governed_serial(kern: object, name: str, threaded: Callable | None = None
                     ) -> Callable | None:
-    """The serial kernel the governor runs in place of the threaded twin
-    ``name`` ("..._mt") of device module ``kern`` (``threaded``, when given,
-    must be that twin), or None: not a twin, or one of ``SPLIT_BITS``."""
-    if not name.endswith("_mt") or name[:-3] in SPLIT_BITS:
+    """The kernel the governor runs in place of the threaded twin ``name``
+    ("..._mt") of device module ``kern`` (``threaded``, when given, must be
+    that twin): its ``ONE_THREAD`` twin or else its serial kernel; None for
+    any other kernel."""
+    if not name.endswith("_mt"):
         return None
-    pair = getattr(kern, "KERNELS", {}).get(name[:-3])
+    base = name[:-3]
+    pair = getattr(kern, "KERNELS", {}).get(base)
     if pair is None or pair[1][1] != name or (threaded is not None and pair[1][0] is not threaded):
         return None
-    return pair[0][0]
+    return ONE_THREAD.get(base, pair[0][0])
 
 
 class Governor:

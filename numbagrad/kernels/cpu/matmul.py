@@ -16,7 +16,7 @@ from numba.core.extending import get_cython_function_address
 
 from .. import dispatch, codes
 from . import vmath
-from ._threads import num_threads
+from ._threads import ONE_THREAD, num_threads
 
 for _routine in ("sgemm", "dgemm"):
     ll.add_symbol(f"numbagrad_{_routine}",
@@ -254,9 +254,8 @@ def _split_product(a, b, out, trans_a, trans_b, alpha, beta, parts, step, by_row
     _set_blas_threads(previous)
 
 
-@njit(cache=True, error_model="numpy", parallel=True)
-def gemm_mt(a, b, out, trans_a, trans_b, alpha, beta):
-    """``gemm``, a product of at least _SPLIT_MIN multiply-adds split over Numba's threads."""
+@_inline
+def _gemm_split(a, b, out, trans_a, trans_b, alpha, beta):
     m, n = out.shape
     k = a.shape[0] if trans_a else a.shape[1]
     parts, step, by_rows = _blocks(m, n, k, num_threads())
@@ -267,9 +266,20 @@ def gemm_mt(a, b, out, trans_a, trans_b, alpha, beta):
 
 
 @njit(cache=True, error_model="numpy", parallel=True)
-def linear_mt(x, w, bias, out, has_bias, code, p):
-    """``linear``, a product of at least _SPLIT_MIN multiply-adds split over
-    Numba's threads (each block adds its bias and applies its activation)."""
+def gemm_mt(a, b, out, trans_a, trans_b, alpha, beta):
+    """``gemm``, a product of at least _SPLIT_MIN multiply-adds split over Numba's threads."""
+    _gemm_split(a, b, out, trans_a, trans_b, alpha, beta)
+
+
+@njit(cache=True, error_model="numpy")
+def gemm_st(a, b, out, trans_a, trans_b, alpha, beta):
+    """``gemm_mt``'s blocks on the calling thread alone: its bits, no threads
+    (what the thread governor runs while the cores are busy)."""
+    _gemm_split(a, b, out, trans_a, trans_b, alpha, beta)
+
+
+@_inline
+def _linear_split(x, w, bias, out, has_bias, code, p):
     m, n = out.shape
     parts, step, by_rows = _blocks(m, n, x.shape[1], num_threads())
     if parts == 1:
@@ -288,6 +298,19 @@ def linear_mt(x, w, bias, out, has_bias, code, p):
             _linear_block(x, w[i0:i1], bias[i0:i1], out[:, i0:i1], has_bias, code, p, True,
                           ldc)
     _set_blas_threads(previous)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def linear_mt(x, w, bias, out, has_bias, code, p):
+    """``linear``, a product of at least _SPLIT_MIN multiply-adds split over
+    Numba's threads (each block adds its bias and applies its activation)."""
+    _linear_split(x, w, bias, out, has_bias, code, p)
+
+
+@njit(cache=True, error_model="numpy")
+def linear_st(x, w, bias, out, has_bias, code, p):
+    """``linear_mt``'s blocks on the calling thread alone (see ``gemm_st``)."""
+    _linear_split(x, w, bias, out, has_bias, code, p)
 
 
 @njit(cache=True, error_model="numpy")
@@ -311,6 +334,17 @@ def bgemm(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count
 def bgemm_mt(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
     """``bgemm`` over Numba's threads from _SPLIT_MIN multiply-adds in all: one
     product split as ``gemm_mt`` does, several shared out slice by slice."""
+    _bgemm_split(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count)
+
+
+@njit(cache=True, error_model="numpy")
+def bgemm_st(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
+    """``bgemm_mt``'s blocks on the calling thread alone (see ``gemm_st``)."""
+    _bgemm_split(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count)
+
+
+@_inline
+def _bgemm_split(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
     nout, m, n = out.shape
     k = a.shape[1] if trans_a else a.shape[2]
     if nout == 1 and count == 1 and out_div == 1:   # one product: out[0] = op(a[0]) @ op(b[0])
@@ -346,3 +380,7 @@ def _bgemm_slice(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div
         for i in range(dest.shape[0]):
             for c in range(dest.shape[1]):
                 dest[i, c] = beta * dest[i, c] if beta != 0.0 else 0.0
+
+
+# what the thread governor runs while the cores are busy (kernels/cpu/_threads.py)
+ONE_THREAD.update(gemm=gemm_st, linear=linear_st, bgemm=bgemm_st)
