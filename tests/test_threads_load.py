@@ -289,3 +289,18 @@ def test_split_gemms_run_their_blocks_on_one_thread_with_the_same_bits(quiet):
             np.testing.assert_array_equal(threaded, one)
         tol = 1e-4 if dtype == np.float32 else 1e-10   # entries ~ sqrt(k): absolute
         np.testing.assert_allclose(outs[0][0], a @ b, rtol=tol, atol=tol)
+
+
+def test_a_one_thread_twin_called_first_from_the_cache_runs():
+    """The governor may switch to the one-thread twins before any threaded
+    kernel ran; loaded from Numba's disk cache (the second process) they read
+    a thread count only a launched threading layer provides."""
+    code = ("import numpy as np; from numbagrad.kernels.cpu import matmul as M;"
+            "a = np.ones((512, 160)); b = np.ones((160, 96)); o = np.empty((512, 96));"
+            "M.gemm_st(a, b, o, False, False, 1.0, 0.0); print(o.min(), o.max())")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBAGRAD_THREAD_GOVERNOR="0")
+    for _ in range(2):   # the first may compile (launching the layer); the second loads
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == ["160.0", "160.0"]

@@ -11,6 +11,7 @@ import ctypes
 
 import llvmlite.binding as ll
 import numpy as np
+import numba
 from numba import cfunc, njit, prange, types
 from numba.core.extending import get_cython_function_address
 
@@ -384,3 +385,7 @@ def _bgemm_slice(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div
 
 # what the thread governor runs while the cores are busy (kernels/cpu/_threads.py)
 ONE_THREAD.update(gemm=gemm_st, linear=linear_st, bgemm=bgemm_st)
+# The one-thread twins read the threading layer's thread count (num_threads),
+# whose symbol only a launched layer provides; loaded from Numba's cache
+# (nothing typed, nothing launched) the first call would crash. Launch it now.
+numba.get_num_threads()
