@@ -304,3 +304,24 @@ def test_a_one_thread_twin_called_first_from_the_cache_runs():
                              text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.split() == ["160.0", "160.0"]
+
+
+def test_the_optimizers_threaded_updates_stay_off_while_the_threads_are(monkeypatch):
+    """The optimizer's own dispatch (which re-times its threaded update every
+    RETRY calls) runs only the serial update while the governor has the
+    threads off, and both again once they are back."""
+    from numbagrad.kernels.cpu import optim as kopt
+    calls = []
+    serial, threaded = (lambda *a: calls.append(0)), (lambda *a: calls.append(1))
+    monkeypatch.setattr(kopt.numba, "get_num_threads", lambda: 2)
+    n = max(cpu.MT_MIN, 1) * 4
+    for on, expected in ((False, {0}), (True, {0, 1})):
+        d = kopt._Dispatch(serial, threaded)
+        calls.clear()
+        _threads.allow_threads(on)
+        try:
+            for _ in range(2 * kopt.RETRY + 4):
+                d(n)
+        finally:
+            _threads.allow_threads(True)
+        assert set(calls) == expected

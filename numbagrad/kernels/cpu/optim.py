@@ -29,7 +29,7 @@ from .. import cpu as _package
 from .. import bodies
 # CHUNK: elements per parallel task; also the unit of sumsq's fixed order.
 # (boundary.py imports _cast_like from here.)
-from ._threads import CHUNK, _cast_like
+from ._threads import ALLOWED, CHUNK, _cast_like
 
 # Measured on the project's 2-core machine with scripts/time_threads.py
 # --optim (2 threads): the threaded Adam and SGD win from 2**15 elements
@@ -40,8 +40,11 @@ RETRY = 50   # calls between re-timings of the variant not in use
 
 
 def _threaded(n: int) -> bool:
-    """Whether an ``n``-element update may run threaded (then timed)."""
-    return n >= _package.MT_MIN and numba.get_num_threads() > 1
+    """Whether an ``n``-element update may run threaded (then timed): never
+    while the thread governor has the threads off (busy cores), where the
+    re-timing of the threaded variant every ``RETRY`` calls would cost one
+    update run many times slower."""
+    return ALLOWED[0] != 0 and n >= _package.MT_MIN and numba.get_num_threads() > 1
 
 
 class _Dispatch:
