@@ -42,6 +42,9 @@ def test_no_module_keeps_its_own_env_reader():
 
 def test_the_optimizer_kernels_follow_the_op_kernels_threshold(monkeypatch):
     monkeypatch.setattr(cpu_optim.numba, "get_num_threads", lambda: 2)
+    # threads allowed, whatever the governor makes of this machine's load now
+    # (tests/test_threads_load.py checks that its switch turns them off)
+    monkeypatch.setattr(cpu_optim, "ALLOWED", np.ones(1, np.int64))
     assert cpu.MT_MIN == _threads.MT_MIN
     monkeypatch.setattr(cpu, "MT_MIN", 100)
     assert not cpu_optim._threaded(99) and cpu_optim._threaded(100)
@@ -55,7 +58,9 @@ def test_the_optimizer_kernels_follow_the_op_kernels_threshold(monkeypatch):
 def test_the_threshold_comes_from_the_environment_once():
     code = ("from numbagrad.kernels import cpu; from numbagrad.kernels.cpu import optim;"
             "print(cpu.MT_MIN, optim._threaded(1 << 20))")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="2")
+    # (no governor: under load it would switch the threads off)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="2",
+               NUMBAGRAD_THREAD_GOVERNOR="0")
     out = {}
     for value in ("0", "4096"):
         env["NUMBAGRAD_PARALLEL_MIN"] = value

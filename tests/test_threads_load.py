@@ -306,7 +306,7 @@ def test_a_one_thread_twin_called_first_from_the_cache_runs():
         assert run.stdout.split() == ["160.0", "160.0"]
 
 
-def test_the_optimizers_threaded_updates_stay_off_while_the_threads_are(monkeypatch):
+def test_the_optimizers_threaded_updates_stay_off_while_the_threads_are(monkeypatch, quiet):
     """The optimizer's own dispatch (which re-times its threaded update every
     RETRY calls) runs only the serial update while the governor has the
     threads off, and both again once they are back."""
