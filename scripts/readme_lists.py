@@ -34,6 +34,7 @@ from numbagrad.ops import table        # noqa: E402
 # that ``table.unary_op`` makes from an elementwise code's record live in
 # ``table`` itself. A module not named here gets a heading of its own name.
 OP_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Creation", ("creation",)),
     ("Elementwise", ("elementwise", "activations", "table")),
     ("Matrix products", ("matmul",)),
     ("Reductions", ("reductions", "extrema", "statistics")),

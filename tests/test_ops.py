@@ -133,8 +133,14 @@ def _table_case(op):
     PyTorch expression (targets passed as data, detached in torch)."""
     n, k = len(op.sample), op.targets
 
-    def prep(xs):
-        return [x * x + 0.5 for x in xs] if op.domain == "positive" else list(xs)
+    def prep(xs):   # into the op's domain, with arithmetic both libraries have
+        if op.domain == "positive":
+            return [x * x + 0.5 for x in xs]
+        if op.domain == "unit":        # |x / (x^2 + 1.5)| <= 0.41
+            return [x / (x * x + 1.5) for x in xs]
+        if op.domain == "above_one":
+            return [x * x + 1.5 for x in xs]
+        return list(xs)
 
     def f(*xs):
         xs = prep(xs)

@@ -34,6 +34,14 @@ _SQRT_2_PI = 0.7978845608028654        # sqrt(2 / pi)
 _KAPPA = 0.044715
 _TWO_SQRT_PI = 1.1283791670955126      # 2 / sqrt(pi)
 _BCE_EPS = 9.999999960041972e-13       # PyTorch's EPSILON, 1e-12 as a float32
+_LN2 = 0.6931471805599453
+_INV_LN2 = 1.4426950408889634          # 1 / ln 2
+_INV_LN10 = 0.4342944819032518         # 1 / ln 10
+_TWO52 = 4503599627370496.0            # 2**52: every float beyond is an integer
+_SELU_ALPHA = 1.6732632423543772
+_SELU_SCALE = 1.0507009873554805
+_ONE_SIXTH = 0.16666666666666666
+_QUICK_GELU = 1.702
 
 
 # ------------------------------------------------------------ unary formulas
@@ -254,6 +262,310 @@ def _erf_grad(x, y, p):    # 2 / sqrt(pi) exp(-x^2): 0 at +-inf, as PyTorch's
     return _TWO_SQRT_PI * math.exp(-x * x)
 
 
+def _zero(x, y, p):
+    return 0.0
+
+
+# --- math functions (issue 30). Each guards its domain as PyTorch answers
+# it (nan outside, +-inf at a pole): Python's math raises there, and the
+# CUDA simulator and the plain-Python dispatchers run these as Python.
+def _sin(x, p):
+    return math.sin(x) if x - x == 0 else math.nan    # x - x: 0 for finite x only
+
+
+def _sin_grad(x, y, p):
+    return math.cos(x) if x - x == 0 else math.nan
+
+
+def _cos(x, p):
+    return math.cos(x) if x - x == 0 else math.nan
+
+
+def _cos_grad(x, y, p):
+    return -math.sin(x) if x - x == 0 else math.nan
+
+
+def _tan(x, p):
+    return math.tan(x) if x - x == 0 else math.nan
+
+
+def _tan_grad(x, y, p):    # PyTorch's 1 + tan(x)^2
+    return 1 + y * y
+
+
+def _asin(x, p):
+    return math.asin(x) if -1 <= x <= 1 else math.nan
+
+
+def _asin_grad(x, y, p):   # 1 / sqrt(1 - x^2): inf at +-1, nan beyond
+    d = 1 - x * x
+    return 1 / math.sqrt(d) if d > 0 else (math.inf if d == 0 else math.nan)
+
+
+def _acos(x, p):
+    return math.acos(x) if -1 <= x <= 1 else math.nan
+
+
+def _acos_grad(x, y, p):
+    d = 1 - x * x
+    return -1 / math.sqrt(d) if d > 0 else (-math.inf if d == 0 else math.nan)
+
+
+def _atan(x, p):
+    return math.atan(x)
+
+
+def _atan_grad(x, y, p):
+    return 1 / (1 + x * x)
+
+
+def _sinh(x, p):
+    return math.sinh(x)
+
+
+def _sinh_grad(x, y, p):
+    return math.cosh(x)
+
+
+def _cosh(x, p):
+    return math.cosh(x)
+
+
+def _cosh_grad(x, y, p):
+    return math.sinh(x)
+
+
+def _asinh(x, p):
+    return math.asinh(x)
+
+
+def _asinh_grad(x, y, p):   # PyTorch's (x^2 + 1)^-1/2: 0 at +-inf
+    return 1 / math.sqrt(x * x + 1)
+
+
+def _acosh(x, p):
+    return math.acosh(x) if x >= 1 else math.nan
+
+
+def _acosh_grad(x, y, p):   # PyTorch's (x^2 - 1)^-1/2, also for x <= -1
+    d = x * x - 1
+    return 1 / math.sqrt(d) if d > 0 else (math.inf if d == 0 else math.nan)
+
+
+def _atanh(x, p):
+    if -1 < x < 1:
+        return math.atanh(x)
+    return math.copysign(math.inf, x) if x == 1 or x == -1 else math.nan
+
+
+def _atanh_grad(x, y, p):   # PyTorch's 1 / (1 - x^2), also beyond +-1
+    d = 1 - x * x
+    return 1 / d if d != 0 else math.inf
+
+
+def _erfc(x, p):
+    return math.erfc(x)
+
+
+def _erfc_grad(x, y, p):
+    return -_TWO_SQRT_PI * math.exp(-x * x)
+
+
+def _exp2(x, p):
+    return 2.0 ** x if not x >= 1025 else math.inf   # (Python's ** raises past the range)
+
+
+def _exp2_grad(x, y, p):
+    return y * _LN2
+
+
+def _log2(x, p):
+    return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+def _log2_grad(x, y, p):
+    return _INV_LN2 / x
+
+
+def _log10(x, p):
+    return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+def _log10_grad(x, y, p):
+    return _INV_LN10 / x
+
+
+def _log1p(x, p):
+    return math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)
+
+
+def _log1p_grad(x, y, p):
+    return 1 / (1 + x)
+
+
+def _expm1(x, p):
+    return math.expm1(x)
+
+
+def _expm1_grad(x, y, p):   # PyTorch's y + 1
+    return y + 1
+
+
+def _rsqrt(x, p):
+    return 1 / math.sqrt(x) if x > 0 else (math.copysign(math.inf, x) if x == 0 else math.nan)
+
+
+def _rsqrt_grad(x, y, p):   # PyTorch's -y^3 / 2
+    return -0.5 * y * y * y
+
+
+def _reciprocal(x, p):
+    return 1 / x if x != 0 else math.copysign(math.inf, x)
+
+
+def _reciprocal_grad(x, y, p):   # PyTorch's -y^2
+    return -y * y
+
+
+def _sign(x, p):     # 0 at 0 and at nan, as torch.sign (NumPy: nan)
+    return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
+
+
+# Rounding: anything of magnitude 2**52 and beyond (inf, nan too) is an
+# integer already; a zero result keeps x's sign (ceil(-0.5) = -0.0).
+def _floor(x, p):
+    if not abs(x) < _TWO52:
+        return x
+    f = float(math.floor(x))
+    return f if f != 0 else math.copysign(0.0, x)
+
+
+def _ceil(x, p):
+    if not abs(x) < _TWO52:
+        return x
+    f = float(math.ceil(x))
+    return f if f != 0 else math.copysign(0.0, x)
+
+
+def _trunc(x, p):
+    if not abs(x) < _TWO52:
+        return x
+    f = float(math.floor(x) if x >= 0 else math.ceil(x))   # (NumPy's float32: no __trunc__)
+    return f if f != 0 else math.copysign(0.0, x)
+
+
+def _round(x, p):    # half to even, as torch.round and np.round
+    if not abs(x) < _TWO52:
+        return x
+    f = float(math.floor(x))
+    d = x - f
+    if d > 0.5 or (d == 0.5 and f * 0.5 != math.floor(f * 0.5)):   # f odd
+        f += 1
+    return f if f != 0 else math.copysign(0.0, x)
+
+
+# --- activations (issue 30): PyTorch's formulas and its gradients at the kinks
+# (PyTorch tests x <= 0 for the negative side: nan takes the positive one)
+def _elu(x, p):     # p: alpha
+    return p * math.expm1(x) if x <= 0 else x
+
+
+def _elu_grad(x, y, p):
+    return p * math.exp(x) if x <= 0 else 1.0
+
+
+def _selu(x, p):
+    return _SELU_SCALE * (_SELU_ALPHA * math.expm1(x) if x <= 0 else x)
+
+
+def _selu_grad(x, y, p):
+    return _SELU_SCALE * _SELU_ALPHA * math.exp(x) if x <= 0 else _SELU_SCALE
+
+
+def _celu(x, p):    # p: alpha
+    return p * math.expm1(x / p) if x <= 0 else x
+
+
+def _celu_grad(x, y, p):
+    return math.exp(x / p) if x <= 0 else 1.0
+
+
+def _above_grad(x, y, p):    # hardtanh's lower bound: the gradient stops at it
+    return 0.0 if x <= p else 1.0     # (nan passes it, as PyTorch's)
+
+
+def _below_grad(x, y, p):    # ... and at its upper one
+    return 0.0 if x >= p else 1.0
+
+
+def _hardsigmoid(x, p):   # PyTorch's min(max(x + 3, 0), 6) / 6
+    r = x + 3.0
+    return (0.0 if r < 0 else (6.0 if r > 6 else r)) / 6.0
+
+
+def _hardsigmoid_grad(x, y, p):
+    return _ONE_SIXTH if -3 < x < 3 else 0.0
+
+
+def _hardswish(x, p):     # PyTorch's x * min(max(x + 3, 0), 6) / 6
+    r = x + 3.0
+    return x * (0.0 if r < 0 else (6.0 if r > 6 else r)) / 6.0
+
+
+def _hardswish_grad(x, y, p):   # PyTorch's: 0 up to -3 (included), 1 from 3
+    if x <= -3:
+        return 0.0
+    return x / 3.0 + 0.5 if x < 3 else 1.0
+
+
+def _mish(x, p):    # x tanh(softplus(x)); tanh(softplus(x)) is 1.0 from x = 20
+    return x * math.tanh(math.log1p(math.exp(x))) if x <= 20 else x
+
+
+def _mish_grad(x, y, p):
+    t = math.tanh(math.log1p(math.exp(x))) if x <= 20 else 1.0
+    s = 1 / (1 + math.exp(-x)) if x > -700 else 0.0
+    return t + x * s * (1 - t * t)
+
+
+def _softsign(x, p):
+    return x / (1 + abs(x))
+
+
+def _softsign_grad(x, y, p):   # as PyTorch's autograd of x / (1 + |x|): nan at +-inf
+    b = 1 + abs(x)
+    s = 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
+    return 1 / b + s * (-x / (b * b))
+
+
+def _logsigmoid(x, p):   # min(x, 0) - log1p(exp(-|x|)), PyTorch's stable form
+    return (x if x < 0 else 0.0) - math.log1p(math.exp(-abs(x)))
+
+
+def _logsigmoid_grad(x, y, p):
+    z = math.exp(-abs(x))
+    return 1 - z / (1 + z) if x < 0 else z / (1 + z)
+
+
+def _quick_gelu(x, p):   # x sigmoid(1.702 x) (CLIP's GELU approximation)
+    z = _QUICK_GELU * x
+    if z >= 0:
+        return x / (1 + math.exp(-z))
+    e = math.exp(z)
+    return x * e / (1 + e)
+
+
+def _quick_gelu_grad(x, y, p):
+    z = _QUICK_GELU * x
+    if z >= 0:
+        s = 1 / (1 + math.exp(-z))
+    else:
+        e = math.exp(z)
+        s = e / (1 + e)
+    return s + x * _QUICK_GELU * s * (1 - s)
+
+
+
 @dataclass(frozen=True)
 class UnaryCode:
     """One unary code: everything the package knows of it, in one place.
@@ -270,7 +582,12 @@ class UnaryCode:
     ``kernels/cpu/vmath.py``. ``fuse``: ``linear(..., activation=name)``
     applies it, in the GEMM's epilogue when its gradient comes from the
     output, else (the GEMM writes the pre-activation, which the backward
-    needs) in one unary pass after.
+    needs) in one unary pass after. ``own_loop``: the CPU compiles a loop
+    specialised to this code (the code folded, the loop vectorised), which
+    costs every elementwise kernel seconds of compile time per dtype; False
+    runs it in the one loop the other such codes share, which picks the
+    formula per element (a predictable branch: right for libm-bound or
+    rarely hot codes, where vectorising gains little).
     """
 
     name: str
@@ -280,6 +597,7 @@ class UnaryCode:
     grad_from_output: bool = False
     fast32: bool = False
     fuse: bool = False
+    own_loop: bool = True
 
 
 # Unary codes, y = f(x, p): one record each, the code its position. Adding a
@@ -312,6 +630,42 @@ UNARY = (
     UnaryCode("softplus_beta", _softplus_beta, _softplus_beta_grad),
     UnaryCode("rpow_s", _rpow_s, _rpow_s_grad),     # p ** x: a Python number raised to a tensor
     UnaryCode("erf", _erf, _erf_grad),
+    # issue 30: math functions and activations, in the shared loop (own_loop=False)
+    UnaryCode("sin", _sin, _sin_grad, own_loop=False),
+    UnaryCode("cos", _cos, _cos_grad, own_loop=False),
+    UnaryCode("tan", _tan, _tan_grad, own_loop=False),
+    UnaryCode("asin", _asin, _asin_grad, own_loop=False),
+    UnaryCode("acos", _acos, _acos_grad, own_loop=False),
+    UnaryCode("atan", _atan, _atan_grad, own_loop=False),
+    UnaryCode("sinh", _sinh, _sinh_grad, own_loop=False),
+    UnaryCode("cosh", _cosh, _cosh_grad, own_loop=False),
+    UnaryCode("asinh", _asinh, _asinh_grad, own_loop=False),
+    UnaryCode("acosh", _acosh, _acosh_grad, own_loop=False),
+    UnaryCode("atanh", _atanh, _atanh_grad, own_loop=False),
+    UnaryCode("erfc", _erfc, _erfc_grad, own_loop=False),
+    UnaryCode("exp2", _exp2, _exp2_grad, own_loop=False),
+    UnaryCode("log2", _log2, _log2_grad, own_loop=False),
+    UnaryCode("log10", _log10, _log10_grad, own_loop=False),
+    UnaryCode("log1p", _log1p, _log1p_grad, own_loop=False),
+    UnaryCode("expm1", _expm1, _expm1_grad, own_loop=False),
+    UnaryCode("rsqrt", _rsqrt, _rsqrt_grad, own_loop=False),
+    UnaryCode("reciprocal", _reciprocal, _reciprocal_grad, own_loop=False),
+    UnaryCode("sign", _sign, _zero, cheap=True, own_loop=False),
+    UnaryCode("floor", _floor, _zero, cheap=True, own_loop=False),
+    UnaryCode("ceil", _ceil, _zero, cheap=True, own_loop=False),
+    UnaryCode("trunc", _trunc, _zero, cheap=True, own_loop=False),
+    UnaryCode("round", _round, _zero, cheap=True, own_loop=False),
+    UnaryCode("elu", _elu, _elu_grad, own_loop=False),
+    UnaryCode("selu", _selu, _selu_grad, own_loop=False),
+    UnaryCode("celu", _celu, _celu_grad, own_loop=False),
+    UnaryCode("hardtanh_min", _clamp_min, _above_grad, cheap=True, own_loop=False),
+    UnaryCode("hardtanh_max", _clamp_max, _below_grad, cheap=True, own_loop=False),
+    UnaryCode("hardsigmoid", _hardsigmoid, _hardsigmoid_grad, cheap=True, own_loop=False),
+    UnaryCode("hardswish", _hardswish, _hardswish_grad, cheap=True, own_loop=False),
+    UnaryCode("mish", _mish, _mish_grad, own_loop=False),
+    UnaryCode("softsign", _softsign, _softsign_grad, own_loop=False),
+    UnaryCode("logsigmoid", _logsigmoid, _logsigmoid_grad, own_loop=False),
+    UnaryCode("quick_gelu", _quick_gelu, _quick_gelu_grad, own_loop=False),
     # (a new record goes here, at the end: a record's code is its position)
 )
 
@@ -402,6 +756,8 @@ N_UNARY = len(UNARY)
 N_BINARY = len(BINARY)
 # codes as cheap as a copy (the CPU's memory-bound threading threshold)
 CHEAP_UNARY = frozenset(c for c, r in enumerate(UNARY) if r.cheap)
+# the codes the CPU runs in its one shared loop (no loop of their own)
+SHARED_LOOP = frozenset(c for c, r in enumerate(UNARY) if not r.own_loop)
 # the codes with a float32 fast form on the CPU
 FAST32 = frozenset(c for c, r in enumerate(UNARY) if r.fast32)
 # linear's activations: name -> code

@@ -6,7 +6,8 @@ The namespace holds ``Module``, the layers, the containers and ``init``
 - ``module.py``: ``Module`` and the change tracking ``ng.compile`` reads;
 - ``layers.py``: ``Linear``, ``Identity``, ``Flatten``, ``Dropout``, ``Embedding``;
 - ``activation.py``: ``ReLU``, ``LeakyReLU``, ``Tanh``, ``Sigmoid``, ``GELU``,
-  ``SiLU``, ``Softplus``;
+  ``SiLU``, ``Softplus``, ``ELU``, ``SELU``, ``CELU``, ``Hardtanh``, ``ReLU6``,
+  ``Hardsigmoid``, ``Hardswish``, ``Mish``, ``Softsign``, ``LogSigmoid``, ``QuickGELU``;
 - ``containers.py``: ``Sequential``, ``ModuleList``, ``ModuleDict``;
 - ``fusion.py``: which ``Linear`` + activation pairs ``Sequential`` runs as one op;
 - ``conv.py``, ``norm.py``, ``attention.py``: the layer families;
@@ -15,7 +16,9 @@ The namespace holds ``Module``, the layers, the containers and ``init``
 - ``utils.py``: ``clip_grad_norm_``, ``clip_grad_value_``.
 """
 from . import functional, init, utils
-from .activation import GELU, LeakyReLU, ReLU, Sigmoid, SiLU, Softplus, Tanh
+from .activation import (CELU, ELU, GELU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU,
+                         LogSigmoid, Mish, QuickGELU, ReLU, ReLU6, Sigmoid, SiLU, Softplus,
+                         Softsign, Tanh)
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, Sequential
 from .conv import AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, MaxPool2d
@@ -27,4 +30,5 @@ __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmo
            "SiLU", "Softplus", "Identity", "Flatten", "Dropout", "Embedding", "ModuleList",
            "ModuleDict", "init", "Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d",
            "AdaptiveAvgPool2d", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
-           "MultiheadAttention", "functional", "utils"]
+           "MultiheadAttention", "functional", "utils", "ELU", "SELU", "CELU", "Hardtanh",
+           "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "QuickGELU"]

@@ -110,3 +110,79 @@ def minimum(a: Any, b: Any) -> Tensor:
     """Elementwise minimum; see ``maximum``."""
     a, b = pair(a, b, "minimum")
     return ew._binary(codes.MIN, a, b, "minimum")
+
+
+# --- issue 30's activations: one unary pass each (hardtanh and relu6: two,
+# one per bound, so the gradient stops at both bounds as PyTorch's)
+def elu(x: Any, alpha: float = 1.0) -> Tensor:
+    """x where x > 0, else alpha (exp(x) - 1): PyTorch's ``F.elu`` (gradient
+    alpha exp(x) for x <= 0)."""
+    return ew._unary(codes.ELU, x, _number(alpha, "elu", "alpha"), "elu")
+
+
+def selu(x: Any) -> Tensor:
+    """scale * elu(x, alpha) with PyTorch's fixed alpha and scale (``F.selu``)."""
+    return ew._unary(codes.SELU, x, 0.0, "selu")
+
+
+def celu(x: Any, alpha: float = 1.0) -> Tensor:
+    """max(0, x) + min(0, alpha (exp(x / alpha) - 1)): PyTorch's ``F.celu``.
+    The gradient is exactly exp(x / alpha) for x <= 0; PyTorch's backward
+    uses 1 / float32(alpha), which differs by ~3e-8 relative where alpha is
+    not a float32 (1.3)."""
+    alpha = _number(alpha, "celu", "alpha")
+    if alpha == 0:
+        raise ValueError("celu: alpha must not be 0 (it divides x)")
+    return ew._unary(codes.CELU, x, alpha, "celu")
+
+
+def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """x clamped to [min_val, max_val], PyTorch's ``F.hardtanh``: unlike
+    ``clamp``'s, the gradient is 0 at the bounds themselves (it passes
+    where min_val < x < max_val)."""
+    lo = _number(min_val, "hardtanh", "min_val")
+    hi = _number(max_val, "hardtanh", "max_val")
+    if lo > hi:
+        raise ValueError(f"hardtanh: min_val ({lo}) must not be above max_val ({hi})")
+    low = ew._unary(codes.HARDTANH_MIN, x, lo, "hardtanh")
+    return ew._unary(codes.HARDTANH_MAX, low, hi, "hardtanh")
+
+
+def relu6(x: Any) -> Tensor:
+    """min(max(x, 0), 6): PyTorch's ``F.relu6``, which is hardtanh(x, 0, 6)
+    (gradient 0 at 0 and at 6)."""
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x: Any) -> Tensor:
+    """min(max(x + 3, 0), 6) / 6: PyTorch's ``F.hardsigmoid`` (gradient 1/6
+    strictly inside (-3, 3); PyTorch's is float32's 1/6, 3e-8 off in float64)."""
+    return ew._unary(codes.HARDSIGMOID, x, 0.0, "hardsigmoid")
+
+
+def hardswish(x: Any) -> Tensor:
+    """x * hardsigmoid(x): PyTorch's ``F.hardswish`` (gradient 0 up to -3
+    included, x / 3 + 1/2 below 3, 1 from 3)."""
+    return ew._unary(codes.HARDSWISH, x, 0.0, "hardswish")
+
+
+def mish(x: Any) -> Tensor:
+    """x tanh(softplus(x)): PyTorch's ``F.mish``."""
+    return ew._unary(codes.MISH, x, 0.0, "mish")
+
+
+def softsign(x: Any) -> Tensor:
+    """x / (1 + |x|): PyTorch's ``F.softsign`` (nan at +-inf, as PyTorch)."""
+    return ew._unary(codes.SOFTSIGN, x, 0.0, "softsign")
+
+
+def logsigmoid(x: Any) -> Tensor:
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): PyTorch's
+    ``F.logsigmoid``, stable at both ends."""
+    return ew._unary(codes.LOGSIGMOID, x, 0.0, "logsigmoid")
+
+
+def quick_gelu(x: Any) -> Tensor:
+    """x * sigmoid(1.702 x), the GELU approximation of CLIP (OpenAI's and
+    Hugging Face's ``QuickGELU``; PyTorch has no function of it)."""
+    return ew._unary(codes.QUICK_GELU, x, 0.0, "quick_gelu")

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import buffers, kernels
 from ..kernels import codes
 from ..tape import Node, _Backward
@@ -147,6 +149,20 @@ def pow(x: Any, p: Any) -> Tensor:  # noqa: A001 (ng.pow, as torch.pow)
         raise TypeError(f"pow: the exponent must be a Python real number, got "
                         f"{type(p).__name__}; tensor exponents are not supported")
     return _unary(codes.POW, x, float(p), "pow")
+
+
+def round(x: Any, decimals: int = 0) -> Tensor:  # noqa: A001 (ng.round, as torch.round)
+    """Round half to even, as ``torch.round`` and ``np.round``; ``decimals``
+    rounds x * 10**decimals and scales back (PyTorch's order: divides by
+    10**-decimals first when negative). Gradient 0."""
+    if isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer)):
+        raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+    if decimals == 0:
+        return _unary(codes.ROUND, x, 0.0, "round")
+    scale = 10.0 ** abs(int(decimals))
+    up, down = (codes.MUL_S, codes.DIV_S) if decimals > 0 else (codes.DIV_S, codes.MUL_S)
+    return _unary(down, _unary(codes.ROUND, _unary(up, x, scale, "round"), 0.0, "round"),
+                  scale, "round")
 
 
 # ----------------------------------------------------------------- binary

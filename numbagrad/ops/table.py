@@ -24,6 +24,7 @@ from . import indexing, join, losses, masks, matmul, reductions, shape
 from . import dropout, embedding   # randomness; integer row lookups
 from . import activations, extrema, statistics  # noqa: I001 (activations and reductions)
 from . import attention, norm   # normalisation and attention
+from . import creation   # zeros, arange, rand, ...
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Op:
     ``torch``, ``F`` (functional) and the inputs ``a``, ``b`` (a string: the
     package never imports PyTorch).
     ``sample``: the input shapes of that test; ``domain``: "positive" when
-    the inputs must be > 0; ``targets``: how many of the last inputs are
+    the inputs must be > 0, "unit" inside (-1, 1), "above_one" > 1; ``targets``: how many of the last inputs are
     data the op never differentiates (a loss's target); ``args``: further
     arguments of that test's call (an exponent, a shape).
     """
@@ -226,10 +227,90 @@ OPS: tuple[Op, ...] = (
     # (three inputs and a mask, which the table's torch cases do not take: tests/test_attention.py)
     Op("scaled_dot_product_attention", attention.scaled_dot_product_attention),
 
+    # --- creation (no tensor input: tests/test_creation.py)
+    Op("zeros", creation.zeros),
+    Op("ones", creation.ones),
+    Op("full", creation.full),
+    Op("empty", creation.empty),
+    Op("zeros_like", creation.zeros_like),
+    Op("ones_like", creation.ones_like),
+    Op("full_like", creation.full_like),
+    Op("empty_like", creation.empty_like),
+    Op("arange", creation.arange),
+    Op("linspace", creation.linspace),
+    Op("eye", creation.eye),
+    Op("rand", creation.rand),
+    Op("randn", creation.randn),
+    Op("normal", creation.normal),
+    Op("rand_like", creation.rand_like),
+    Op("randn_like", creation.randn_like),
+
     # --- elementwise codes made from their records (kernels/codes.py)
     Op("erf", unary_op("erf", "The error function elementwise (PyTorch's torch.erf; its "
                                  "gradient 2 / sqrt(pi) exp(-x^2) is 0 at +-inf)."),
        method=True, torch="torch.erf(a)"),
+    Op("sin", unary_op("sin", "The sine elementwise (PyTorch's torch.sin; nan at +-inf)."),
+       method=True, numpy=("sin",), torch="torch.sin(a)"),
+    Op("cos", unary_op("cos", "The cosine elementwise (PyTorch's torch.cos)."),
+       method=True, numpy=("cos",), torch="torch.cos(a)"),
+    Op("tan", unary_op("tan", "The tangent elementwise (PyTorch's torch.tan; gradient 1 + tan(x)^2)."),
+       method=True, numpy=("tan",), torch="torch.tan(a)"),
+    Op("asin", unary_op("asin", "The arcsine elementwise (torch.asin: nan outside [-1, 1], gradient inf at +-1)."),
+       method=True, numpy=("arcsin",), domain="unit", torch="torch.asin(a)"),
+    Op("acos", unary_op("acos", "The arccosine elementwise (torch.acos: nan outside [-1, 1])."),
+       method=True, numpy=("arccos",), domain="unit", torch="torch.acos(a)"),
+    Op("atan", unary_op("atan", "The arctangent elementwise (PyTorch's torch.atan)."),
+       method=True, numpy=("arctan",), torch="torch.atan(a)"),
+    Op("sinh", unary_op("sinh", "The hyperbolic sine elementwise (PyTorch's torch.sinh)."),
+       method=True, numpy=("sinh",), torch="torch.sinh(a)"),
+    Op("cosh", unary_op("cosh", "The hyperbolic cosine elementwise (PyTorch's torch.cosh)."),
+       method=True, numpy=("cosh",), torch="torch.cosh(a)"),
+    Op("asinh", unary_op("asinh", "The inverse hyperbolic sine elementwise (PyTorch's torch.asinh)."),
+       method=True, numpy=("arcsinh",), torch="torch.asinh(a)"),
+    Op("acosh", unary_op("acosh", "The inverse hyperbolic cosine elementwise (torch.acosh: nan below 1; its gradient (x^2 - 1)^-1/2, as PyTorch's)."),
+       method=True, numpy=("arccosh",), domain="above_one", torch="torch.acosh(a)"),
+    Op("atanh", unary_op("atanh", "The inverse hyperbolic tangent elementwise (torch.atanh: +-inf at +-1, nan beyond)."),
+       method=True, numpy=("arctanh",), domain="unit", torch="torch.atanh(a)"),
+    Op("erfc", unary_op("erfc", "1 - erf(x) elementwise, without the cancellation (PyTorch's torch.erfc)."),
+       method=True, torch="torch.erfc(a)"),
+    Op("exp2", unary_op("exp2", "2 ** x elementwise (PyTorch's torch.exp2)."),
+       method=True, numpy=("exp2",), torch="torch.exp2(a)"),
+    Op("log2", unary_op("log2", "The base-2 logarithm elementwise (PyTorch's torch.log2)."),
+       method=True, numpy=("log2",), domain="positive", torch="torch.log2(a)"),
+    Op("log10", unary_op("log10", "The base-10 logarithm elementwise (PyTorch's torch.log10)."),
+       method=True, numpy=("log10",), domain="positive", torch="torch.log10(a)"),
+    Op("log1p", unary_op("log1p", "log(1 + x) elementwise, exact for small x (PyTorch's torch.log1p)."),
+       method=True, numpy=("log1p",), domain="positive", torch="torch.log1p(a)"),
+    Op("expm1", unary_op("expm1", "exp(x) - 1 elementwise, exact for small x (PyTorch's torch.expm1)."),
+       method=True, numpy=("expm1",), torch="torch.expm1(a)"),
+    Op("rsqrt", unary_op("rsqrt", "1 / sqrt(x) elementwise (PyTorch's torch.rsqrt; inf at 0, nan below)."),
+       method=True, domain="positive", torch="torch.rsqrt(a)"),
+    Op("reciprocal", unary_op("reciprocal", "1 / x elementwise (PyTorch's torch.reciprocal; +-inf at +-0). NumPy's np.reciprocal on a tensor runs it (float only)."),
+       method=True, numpy=("reciprocal",), torch="torch.reciprocal(a)"),
+    Op("sign", unary_op("sign", "-1, 0 or 1 elementwise, with gradient 0 (PyTorch's torch.sign: 0 at nan, where NumPy's np.sign gives nan)."),
+       method=True, numpy=("sign",), torch="torch.sign(a)"),
+    Op("floor", unary_op("floor", "The largest integer <= x elementwise (torch.floor; gradient 0)."),
+       method=True, numpy=("floor",), torch="torch.floor(a)"),
+    Op("ceil", unary_op("ceil", "The smallest integer >= x elementwise (torch.ceil; gradient 0)."),
+       method=True, numpy=("ceil",), torch="torch.ceil(a)"),
+    Op("trunc", unary_op("trunc", "x rounded toward zero elementwise (torch.trunc; gradient 0)."),
+       method=True, numpy=("trunc",), torch="torch.trunc(a)"),
+    Op("round", ew.round, method=True, numpy=("rint",), torch="torch.round(a)"),
+    # --- activations of issue 30 (ops/activations.py: the ones with arguments)
+    Op("elu", activations.elu, torch="F.elu(a, 0.7)", args=(0.7,)),
+    Op("selu", activations.selu, torch="F.selu(a)"),
+    # (alpha 1.5: PyTorch's celu backward rounds alpha to float32, see celu)
+    Op("celu", activations.celu, torch="F.celu(a, 1.5)", args=(1.5,)),
+    Op("hardtanh", activations.hardtanh, torch="F.hardtanh(a, -0.5, 0.8)", args=(-0.5, 0.8)),
+    Op("relu6", activations.relu6, torch="F.relu6(a)"),
+    # (F.hardsigmoid's gradient is float32's 1/6 even in float64: its kinks
+    # are checked against it in tests/test_math_ops.py)
+    Op("hardsigmoid", activations.hardsigmoid, torch="torch.clamp(a + 3, 0, 6) / 6"),
+    Op("hardswish", activations.hardswish, torch="F.hardswish(a)"),
+    Op("mish", activations.mish, torch="F.mish(a)"),
+    Op("softsign", activations.softsign, torch="F.softsign(a)"),
+    Op("logsigmoid", activations.logsigmoid, torch="F.logsigmoid(a)"),
+    Op("quick_gelu", activations.quick_gelu, torch="a * torch.sigmoid(1.702 * a)"),
     # (a new row goes here)
 )
 

@@ -138,12 +138,24 @@ def _unary_loop(code, x, out, p, alpha, beta, r0, r1, c0, c1):
             o[j] = y if beta == 0 else y + beta * o[j]
 
 
-def _ladder(name: str, loop: Callable, params: str, count: int, lead: str = "") -> Callable:
+def _ladder(name: str, loop: Callable, params: str, count: int, lead: str = "",
+            shared: Callable | None = None) -> Callable:
     """``name(code, <params>)``: ``loop(<code>, <lead><params>)`` with the code a
-    constant, one branch per record (``dispatch.ladder``); any other raises."""
+    constant, one branch per record (``dispatch.ladder``); any other raises.
+    Given ``shared``, the unary records without a loop of their own
+    (``codes.SHARED_LOOP``) have no branch: ``shared(code, <lead><params>)``
+    runs them, and raises for any other code."""
+    own = [c for c in range(count) if shared is None or c not in codes.SHARED_LOOP]
     return njit(error_model="numpy")(dispatch.ladder(
-        name, params, range(count), f"_loop({{code}}, {lead}{params})", {"_loop": loop},
-        f"{name.strip('_')}: unknown op code"))
+        name, params, own, f"_loop({{code}}, {lead}{params})", {"_loop": loop, "_shared": shared},
+        f"{name.strip('_')}: unknown op code",
+        otherwise=None if shared is None else f"_shared(code, {lead}{params})"))
+
+
+# Whether a code runs in the shared loop: a ladder over codes.SHARED_LOOP.
+_in_shared_loop = njit(error_model="numpy", inline="always")(dispatch.ladder(
+    "_in_shared_loop", "", sorted(codes.SHARED_LOOP), "return True", {}, "",
+    otherwise="return False"))
 
 
 @njit(error_model="numpy", inline="always")
@@ -154,9 +166,18 @@ def _known(code, count):
         raise ValueError("unknown op code")
 
 
+# The one loop of the codes without a loop of their own: the code stays a
+# run-time value (never inlined into a ladder, so it is compiled once).
+@njit(error_model="numpy")
+def _unary_shared(code, x, out, p, alpha, beta, r0, r1, c0, c1):
+    if not _in_shared_loop(code):
+        raise ValueError("unary_block: unknown op code")
+    _unary_loop(code, x, out, p, alpha, beta, r0, r1, c0, c1)
+
+
 _BLOCK = "r0, r1, c0, c1"
 _unary_block = _ladder("_unary_block", _unary_loop, f"x, out, p, alpha, beta, {_BLOCK}",
-                       codes.N_UNARY)
+                       codes.N_UNARY, shared=_unary_shared)
 
 
 @njit(cache=True, error_model="numpy")
@@ -191,8 +212,16 @@ def _unary_backward_loop(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
             d[j] = g if beta == 0 else g + beta * d[j]
 
 
+@njit(error_model="numpy")
+def _unary_backward_shared(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
+    if not _in_shared_loop(code):
+        raise ValueError("unary_backward_block: unknown op code")
+    _unary_backward_loop(code, x, y, gout, dest, beta, p, r0, r1, c0, c1)
+
+
 _unary_backward_block = _ladder("_unary_backward_block", _unary_backward_loop,
-                                f"x, y, gout, dest, beta, p, {_BLOCK}", codes.N_UNARY)
+                                f"x, y, gout, dest, beta, p, {_BLOCK}", codes.N_UNARY,
+                                shared=_unary_backward_shared)
 
 
 @njit(cache=True, error_model="numpy")

@@ -13,7 +13,9 @@ CUDA kernels (``kernels/cuda/random.py``) share it via ``generator``.
 from __future__ import annotations
 
 # the kernels this module registers
-__all__ = ["dropout", "dropout_backward", "embedding_backward"]
+__all__ = ["dropout", "dropout_backward", "embedding_backward", "random_fill"]
+
+import math
 
 import numpy as np
 from numba import njit
@@ -61,6 +63,45 @@ def generator(jit):
 
 _stream_key, _element_bits = generator(njit(error_model="numpy", inline="always"))
 
+# random_fill's kinds: a + (b - a) u with u uniform in [0, 1) (53 bits, or
+# 24 for float32, which then never rounds u up to 1), or a + b z with z
+# standard normal (Box-Muller over two 53-bit u).
+UNIFORM, UNIFORM24, NORMAL = 0, 1, 2
+_S8, _S11, _S21 = np.uint64(8), np.uint64(11), np.uint64(21)
+_TWO_M53 = 1.0 / 9007199254740992.0     # 2**-53
+_TWO_M24 = 1.0 / 16777216.0             # 2**-24
+_TWO_PI = 6.283185307179586
+
+
+def sampler(jit):
+    """``sample(key, key2, k, kind, a, b)`` -> element ``k``'s float64 draw,
+    compiled with ``jit`` (each device's): a uniform takes 53 bits from
+    elements 2k and 2k + 1 of the call's stream (UNIFORM24: 24 of 2k), a
+    normal two uniforms from 4k .. 4k + 3, so every element is a function of
+    (seed, counter, k)."""
+    _, bits = generator(jit)
+
+    @jit
+    def uniform53(key, key2, i):
+        hi = bits(key, key2, i)
+        lo = bits(key, key2, i + _ONE)
+        return float((hi << _S21) | (lo >> _S11)) * _TWO_M53
+
+    @jit
+    def sample(key, key2, k, kind, a, b):
+        if kind == UNIFORM:
+            return a + (b - a) * uniform53(key, key2, np.uint64(2) * k)
+        if kind == UNIFORM24:
+            return a + (b - a) * (float(bits(key, key2, np.uint64(2) * k) >> _S8) * _TWO_M24)
+        u1 = uniform53(key, key2, np.uint64(4) * k)
+        u2 = uniform53(key, key2, np.uint64(4) * k + np.uint64(2))
+        return a + b * (math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(_TWO_PI * u2))
+
+    return sample
+
+
+_sample = sampler(njit(error_model="numpy", inline="always"))
+
 
 @njit(cache=True, error_model="numpy")
 def dropout(x, out, mask, state, p, scale):
@@ -75,6 +116,17 @@ def dropout(x, out, mask, state, p, scale):
         m = s if _element_bits(key, key2, np.uint64(i)) >= cut else zero
         mask[i] = m
         out[i] = x[i] * m
+    state[1] += _ONE
+
+
+@njit(cache=True, error_model="numpy")
+def random_fill(out, state, kind, a, b):
+    """out[k] = element k's draw (``sampler``: UNIFORM in [a, b), NORMAL of
+    mean a and std b) from the stream of (seed state[0], counter state[1]),
+    rounded to out's dtype; then state[1] += 1. ``out`` flat."""
+    key, key2 = _stream_key(state[0], state[1])
+    for k in range(out.size):
+        out[k] = _sample(key, key2, np.uint64(k), kind, a, b)
     state[1] += _ONE
 
 

@@ -12,15 +12,16 @@ destination element looping over the indices in order (no atomics), as
 from __future__ import annotations
 
 # the kernels this module registers
-__all__ = ["dropout", "dropout_backward", "embedding_backward"]
+__all__ = ["dropout", "dropout_backward", "embedding_backward", "random_fill"]
 
 import numpy as np
 from numba import cuda, float64, int64, uint64
 
-from ..cpu.random import TWO32, generator
+from ..cpu.random import TWO32, generator, sampler
 from ._core import THREADS, Config, array_type, grid, kernel, launch
 
 _stream_key, _element_bits = generator(cuda.jit(device=True))
+_sample = sampler(cuda.jit(device=True))
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 
@@ -50,6 +51,25 @@ def _dropout_source(config: Config, dtype):
                 state[2] = _ZERO
 
     return dropout_kernel
+
+
+@kernel("random_fill", lambda dt: (_a1(dt), array_type(uint64, 1), int64, float64, float64))
+def _random_fill_source(config: Config, dtype):
+    def random_fill_kernel(out, state, kind, a, b):
+        key, key2 = _stream_key(state[0], state[1])
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < out.size:
+            out[k] = dtype(_sample(key, key2, uint64(k), kind, a, b))
+            k += stride
+        cuda.syncthreads()     # as dropout's: the last block advances the counter
+        if cuda.threadIdx.x == 0:
+            ticket = cuda.atomic.add(state, 2, _ONE)
+            if ticket == cuda.gridDim.x - 1:
+                state[1] = state[1] + _ONE
+                state[2] = _ZERO
+
+    return random_fill_kernel
 
 
 @kernel("dropout_backward", lambda dt: (_a1(dt), _a1(dt), _a1(dt), float64))
@@ -90,6 +110,13 @@ def dropout(x, out, mask, state, p, scale) -> None:
     (one thread), as the CPU kernel does."""
     launch("dropout", out.dtype, grid(out.size), THREADS, x, out, mask, state, float(p),
            out.dtype.type(scale))
+
+
+def random_fill(out, state, kind, a, b) -> None:
+    """See ``kernels.cpu.random_fill``; an empty ``out`` still advances the
+    counter, as the CPU kernel does."""
+    launch("random_fill", out.dtype, grid(out.size), THREADS, out, state, int(kind), float(a),
+           float(b))
 
 
 def dropout_backward(g, mask, dest, beta) -> None:

@@ -1,0 +1,254 @@
+"""Tensor creation, PyTorch's factories: ``zeros``, ``ones``, ``full``, ``empty``,
+their ``*_like`` forms, ``arange``, ``linspace``, ``eye`` and the random
+``rand``, ``randn``, ``normal`` (and ``rand_like``, ``randn_like``).
+
+Each takes ``dtype=`` (default: ``ng.get_default_dtype()``), ``device=`` and
+``requires_grad=`` (True gives a trainable leaf, as ``ng.param``). Sizes are
+given as PyTorch's ``zeros(2, 3)`` or ``zeros((2, 3))``. Tensors hold floats:
+an integer or bool ``dtype`` is refused, so ``arange(5)`` is a float tensor
+where PyTorch's is int64 (NumPy's ``np.arange(5)`` too).
+
+The random ones draw from numbagrad's counter-based generator on the
+tensor's device (``ng.manual_seed``, ``ng.random.get_state``), as dropout
+does: a call advances its device's counter once, and element k is a
+function of (seed, counter, k) alone (the same on both devices, whose
+counters are separate), so a seed reproduces a run, eager or compiled. A
+uniform takes 53 random bits per element (24 in float32, so it never
+rounds up to 1), a normal is Box-Muller over two 53-bit uniforms. These are
+not PyTorch's streams: a seed draws other numbers than ``torch.rand``.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _defaults, buffers, kernels
+from .. import random as _random
+from ..kernels.cpu.random import NORMAL, UNIFORM, UNIFORM24
+from ..tensor import Tensor
+from ._common import is_scalar, operand, reshaped
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _dtype(dtype: Any, op: str) -> np.dtype:
+    if dtype is None:
+        return np.dtype(_defaults.get_default_dtype())
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{op}: dtype must be a NumPy float dtype, got {dtype!r}") from None
+    if dt not in _FLOATS:
+        raise TypeError(f"{op}: dtype {dt} is not supported: numbagrad tensors are float32 or "
+                        f"float64")
+    return dt
+
+
+def _size(size: tuple, op: str) -> tuple[int, ...]:
+    """PyTorch's sizes: ``f(2, 3)``, ``f((2, 3))`` or ``f([2, 3])``."""
+    if len(size) == 1 and isinstance(size[0], (Sequence, np.ndarray)) \
+            and not isinstance(size[0], str):
+        size = tuple(size[0])
+    dims = []
+    for n in size:
+        if isinstance(n, (bool, np.bool_)):
+            raise TypeError(f"{op}: sizes must be integers, got {size!r}")
+        try:
+            d = operator.index(n)
+        except TypeError:
+            raise TypeError(f"{op}: sizes must be integers, got {size!r}") from None
+        if d < 0:
+            raise ValueError(f"{op}: sizes must be >= 0, got {size!r}")
+        dims.append(d)
+    return tuple(dims)
+
+
+def _number(value: Any, op: str, what: str) -> float:
+    if not is_scalar(value):
+        raise TypeError(f"{op}: {what} must be a real number, got {value!r}")
+    return float(value)
+
+
+def _tensor(array: Any, kern: Any, requires_grad: bool) -> Tensor:
+    if not isinstance(requires_grad, (bool, np.bool_)):
+        raise TypeError(f"requires_grad must be a bool, got {requires_grad!r}")
+    return Tensor(array, kern, requires_grad=bool(requires_grad))
+
+
+def _filled(shape: tuple, value: float | None, dtype: np.dtype, device: str,
+            requires_grad: bool) -> Tensor:
+    kern = kernels.get(device)
+    array = buffers.take(kern, shape, dtype) if not requires_grad else kern.empty(shape, dtype)
+    if value is not None and array.size:
+        kernels.call(kern, "fill", 0, _flat(array), value)
+    return _tensor(array, kern, requires_grad)
+
+
+def _flat(array: Any) -> Any:
+    return reshaped(array, (array.size,))
+
+
+def _from_host(array: np.ndarray, dtype: np.dtype, device: str, requires_grad: bool) -> Tensor:
+    kern = kernels.get(device)
+    return _tensor(kernels.from_host(kern, np.ascontiguousarray(array, dtype)), kern,
+                   requires_grad)
+
+
+def zeros(*size: Any, dtype: Any = None, device: str = "cpu",
+          requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros (``torch.zeros``)."""
+    return _filled(_size(size, "zeros"), 0.0, _dtype(dtype, "zeros"), device, requires_grad)
+
+
+def ones(*size: Any, dtype: Any = None, device: str = "cpu",
+         requires_grad: bool = False) -> Tensor:
+    """A tensor of ones (``torch.ones``)."""
+    return _filled(_size(size, "ones"), 1.0, _dtype(dtype, "ones"), device, requires_grad)
+
+
+def full(size: Any, fill_value: float, *, dtype: Any = None, device: str = "cpu",
+         requires_grad: bool = False) -> Tensor:
+    """A tensor of ``fill_value`` (``torch.full``; the default dtype even for
+    an integer ``fill_value``, where PyTorch's would be int64)."""
+    value = _number(fill_value, "full", "fill_value")
+    return _filled(_size((size,), "full"), value, _dtype(dtype, "full"), device, requires_grad)
+
+
+def empty(*size: Any, dtype: Any = None, device: str = "cpu",
+          requires_grad: bool = False) -> Tensor:
+    """A tensor whose contents are undefined (``torch.empty``)."""
+    return _filled(_size(size, "empty"), None, _dtype(dtype, "empty"), device, requires_grad)
+
+
+def _like(op: str, t: Any, dtype: Any, device: str | None) -> tuple[tuple, np.dtype, str]:
+    t = operand(t, op)
+    return t.shape, _dtype(t.dtype if dtype is None else dtype, op), \
+        t.device if device is None else device
+
+
+def zeros_like(t: Any, *, dtype: Any = None, device: str | None = None,
+               requires_grad: bool = False) -> Tensor:
+    """Zeros of ``t``'s shape, dtype and device (each may be overridden)."""
+    shape, dt, dev = _like("zeros_like", t, dtype, device)
+    return _filled(shape, 0.0, dt, dev, requires_grad)
+
+
+def ones_like(t: Any, *, dtype: Any = None, device: str | None = None,
+              requires_grad: bool = False) -> Tensor:
+    """Ones of ``t``'s shape, dtype and device (each may be overridden)."""
+    shape, dt, dev = _like("ones_like", t, dtype, device)
+    return _filled(shape, 1.0, dt, dev, requires_grad)
+
+
+def full_like(t: Any, fill_value: float, *, dtype: Any = None, device: str | None = None,
+              requires_grad: bool = False) -> Tensor:
+    """``fill_value`` in ``t``'s shape, dtype and device."""
+    shape, dt, dev = _like("full_like", t, dtype, device)
+    return _filled(shape, _number(fill_value, "full_like", "fill_value"), dt, dev,
+                   requires_grad)
+
+
+def empty_like(t: Any, *, dtype: Any = None, device: str | None = None,
+               requires_grad: bool = False) -> Tensor:
+    """An undefined tensor of ``t``'s shape, dtype and device."""
+    shape, dt, dev = _like("empty_like", t, dtype, device)
+    return _filled(shape, None, dt, dev, requires_grad)
+
+
+def arange(start: float, end: float | None = None, step: float = 1, *, dtype: Any = None,
+           device: str = "cpu", requires_grad: bool = False) -> Tensor:
+    """start, start + step, ... up to ``end`` excluded (``torch.arange``;
+    ``arange(n)`` counts from 0). Values are start + i * step in float64,
+    then rounded to ``dtype``; a float tensor, not PyTorch's int64."""
+    if end is None:
+        start, end = 0, start
+    a, b = _number(start, "arange", "start"), _number(end, "arange", "end")
+    s = _number(step, "arange", "step")
+    if s == 0 or not all(map(math.isfinite, (a, b, s))):
+        raise ValueError(f"arange: start, end and step must be finite and step non-zero, got "
+                         f"start={a}, end={b}, step={s}")
+    if (b - a) * s < 0:
+        raise ValueError(f"arange: step {s} points away from end {b} (start {a}); PyTorch "
+                         f"refuses it too")
+    n = math.ceil((b - a) / s)
+    return _from_host(a + np.arange(n, dtype=np.float64) * s, _dtype(dtype, "arange"), device,
+                      requires_grad)
+
+
+def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: str = "cpu",
+             requires_grad: bool = False) -> Tensor:
+    """``steps`` values from ``start`` to ``end`` included, evenly spaced
+    (``torch.linspace``, whose formula this is: the first half counted from
+    start, the second from end, so both ends are exact; one step is start)."""
+    a, b = _number(start, "linspace", "start"), _number(end, "linspace", "end")
+    n = _size((steps,), "linspace")[0]
+    i = np.arange(n, dtype=np.float64)
+    step = (b - a) / (n - 1) if n > 1 else 0.0
+    values = np.where(i < n // 2, a + i * step, b - (n - 1 - i) * step) if n > 1 else i + a
+    return _from_host(values, _dtype(dtype, "linspace"), device, requires_grad)
+
+
+def eye(n: int, m: int | None = None, *, dtype: Any = None, device: str = "cpu",
+        requires_grad: bool = False) -> Tensor:
+    """An n x m identity (``torch.eye``; m defaults to n)."""
+    rows, cols = _size((n, n if m is None else m), "eye")
+    return _from_host(np.eye(rows, cols), _dtype(dtype, "eye"), device, requires_grad)
+
+
+def _random_fill(shape: tuple, kind: int, a: float, b: float, dtype: np.dtype,
+                 device: str, requires_grad: bool) -> Tensor:
+    out = _filled(shape, None, dtype, device, requires_grad)
+    if kind == UNIFORM and dtype == np.float32:   # 24 bits: never rounded up to 1
+        kind = UNIFORM24
+    kernels.call(out._kern, "random_fill", 0, _flat(out._data), _random.state(out._kern), kind,
+                 a, b)
+    return out
+
+
+def rand(*size: Any, dtype: Any = None, device: str = "cpu",
+         requires_grad: bool = False) -> Tensor:
+    """Uniform draws in [0, 1) from numbagrad's generator (``torch.rand``;
+    see the module's docstring)."""
+    return _random_fill(_size(size, "rand"), UNIFORM, 0.0, 1.0, _dtype(dtype, "rand"),
+                        device, requires_grad)
+
+
+def randn(*size: Any, dtype: Any = None, device: str = "cpu",
+          requires_grad: bool = False) -> Tensor:
+    """Standard normal draws from numbagrad's generator (``torch.randn``)."""
+    return _random_fill(_size(size, "randn"), NORMAL, 0.0, 1.0,
+                        _dtype(dtype, "randn"), device, requires_grad)
+
+
+def normal(mean: float, std: float, size: Any, *, dtype: Any = None, device: str = "cpu",
+           requires_grad: bool = False) -> Tensor:
+    """Normal draws of one ``mean`` and ``std`` (``torch.normal(mean, std,
+    size)``, the form with Python numbers; std must be >= 0)."""
+    m, s = _number(mean, "normal", "mean"), _number(std, "normal", "std")
+    if not s >= 0:
+        raise ValueError(f"normal: std must be >= 0, got {s}")
+    return _random_fill(_size((size,), "normal"), NORMAL, m, s,
+                        _dtype(dtype, "normal"), device, requires_grad)
+
+
+def rand_like(t: Any, *, dtype: Any = None, device: str | None = None,
+              requires_grad: bool = False) -> Tensor:
+    """``rand`` in ``t``'s shape, dtype and device."""
+    shape, dt, dev = _like("rand_like", t, dtype, device)
+    return _random_fill(shape, UNIFORM, 0.0, 1.0, dt, dev, requires_grad)
+
+
+def randn_like(t: Any, *, dtype: Any = None, device: str | None = None,
+               requires_grad: bool = False) -> Tensor:
+    """``randn`` in ``t``'s shape, dtype and device."""
+    shape, dt, dev = _like("randn_like", t, dtype, device)
+    return _random_fill(shape, NORMAL, 0.0, 1.0, dt, dev, requires_grad)
+
+
+__all__ = ["zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+           "empty_like", "arange", "linspace", "eye", "rand", "randn", "normal", "rand_like",
+           "randn_like"]
