@@ -18,18 +18,28 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _default = [np.dtype(np.float64)]
 
 
+def float_dtype(dtype: Any, who: str) -> np.dtype:
+    """``dtype`` as float32 or float64 (None: the default), else a TypeError
+    that names ``who`` (the function that was given it)."""
+    if dtype is None:
+        return _default[0]
+    try:
+        want = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{who}: {dtype!r} is not a dtype") from None
+    if want not in _FLOATS:
+        raise TypeError(f"{who}: the dtype must be float32 or float64, got {want} (numbagrad "
+                        f"tensors hold floats)")
+    return want
+
+
 def set_default_dtype(dtype: Any) -> None:
     """Make ``dtype`` (float32 or float64) the default floating dtype: what
     layers built from now on without ``dtype=`` and tensors from Python
     numbers use. Anything else is a TypeError, and the default is kept."""
-    try:
-        want = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"set_default_dtype: {dtype!r} is not a dtype") from None
-    if want not in _FLOATS:
-        raise TypeError(f"set_default_dtype: the default dtype must be float32 or float64, "
-                        f"got {want}")
-    _default[0] = want
+    if dtype is None:
+        raise TypeError("set_default_dtype: None is not a dtype")
+    _default[0] = float_dtype(dtype, "set_default_dtype")
 
 
 def get_default_dtype() -> np.dtype:

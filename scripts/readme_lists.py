@@ -38,7 +38,7 @@ OP_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Elementwise", ("elementwise", "activations", "table")),
     ("Matrix products", ("matmul",)),
     ("Reductions", ("reductions", "extrema", "statistics")),
-    ("Shapes, joins and indexing", ("shape", "join", "indexing")),
+    ("Shapes, joins and indexing", ("shape", "join", "indexing", "layout")),
     ("Comparisons, selection and casts", ("masks",)),
     ("Losses", ("losses",)),
     ("Network ops", ("conv", "pool", "norm", "attention", "dropout", "embedding")),

@@ -14,9 +14,9 @@ from ..tensor import Tensor
 from ..tensor import tensor as _tensor
 from .module import Module
 
-__all__ = ["ReLU", "LeakyReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "Softplus", "ELU", "SELU", "CELU",
-           "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid",
-           "QuickGELU"]
+__all__ = ["ReLU", "LeakyReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "Softplus", "ELU", "SELU",
+           "CELU", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign",
+           "LogSigmoid", "QuickGELU"]
 
 
 class ReLU(Module):

@@ -26,27 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import _defaults, buffers, kernels
+from .. import buffers, kernels
+from .._defaults import float_dtype
 from .. import random as _random
 from ..kernels.cpu.random import NORMAL, UNIFORM, UNIFORM24
 from ..tensor import Tensor
 from ._common import is_scalar, operand, reshaped
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _dtype(dtype: Any, op: str) -> np.dtype:
-    if dtype is None:
-        return np.dtype(_defaults.get_default_dtype())
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{op}: dtype must be a NumPy float dtype, got {dtype!r}") from None
-    if dt not in _FLOATS:
-        raise TypeError(f"{op}: dtype {dt} is not supported: numbagrad tensors are float32 or "
-                        f"float64")
-    return dt
-
 
 def _size(size: tuple, op: str) -> tuple[int, ...]:
     """PyTorch's sizes: ``f(2, 3)``, ``f((2, 3))`` or ``f([2, 3])``."""
@@ -101,13 +86,13 @@ def _from_host(array: np.ndarray, dtype: np.dtype, device: str, requires_grad: b
 def zeros(*size: Any, dtype: Any = None, device: str = "cpu",
           requires_grad: bool = False) -> Tensor:
     """A tensor of zeros (``torch.zeros``)."""
-    return _filled(_size(size, "zeros"), 0.0, _dtype(dtype, "zeros"), device, requires_grad)
+    return _filled(_size(size, "zeros"), 0.0, float_dtype(dtype, "zeros"), device, requires_grad)
 
 
 def ones(*size: Any, dtype: Any = None, device: str = "cpu",
          requires_grad: bool = False) -> Tensor:
     """A tensor of ones (``torch.ones``)."""
-    return _filled(_size(size, "ones"), 1.0, _dtype(dtype, "ones"), device, requires_grad)
+    return _filled(_size(size, "ones"), 1.0, float_dtype(dtype, "ones"), device, requires_grad)
 
 
 def full(size: Any, fill_value: float, *, dtype: Any = None, device: str = "cpu",
@@ -115,18 +100,18 @@ def full(size: Any, fill_value: float, *, dtype: Any = None, device: str = "cpu"
     """A tensor of ``fill_value`` (``torch.full``; the default dtype even for
     an integer ``fill_value``, where PyTorch's would be int64)."""
     value = _number(fill_value, "full", "fill_value")
-    return _filled(_size((size,), "full"), value, _dtype(dtype, "full"), device, requires_grad)
+    return _filled(_size((size,), "full"), value, float_dtype(dtype, "full"), device, requires_grad)
 
 
 def empty(*size: Any, dtype: Any = None, device: str = "cpu",
           requires_grad: bool = False) -> Tensor:
     """A tensor whose contents are undefined (``torch.empty``)."""
-    return _filled(_size(size, "empty"), None, _dtype(dtype, "empty"), device, requires_grad)
+    return _filled(_size(size, "empty"), None, float_dtype(dtype, "empty"), device, requires_grad)
 
 
 def _like(op: str, t: Any, dtype: Any, device: str | None) -> tuple[tuple, np.dtype, str]:
     t = operand(t, op)
-    return t.shape, _dtype(t.dtype if dtype is None else dtype, op), \
+    return t.shape, float_dtype(t.dtype if dtype is None else dtype, op), \
         t.device if device is None else device
 
 
@@ -175,7 +160,7 @@ def arange(start: float, end: float | None = None, step: float = 1, *, dtype: An
         raise ValueError(f"arange: step {s} points away from end {b} (start {a}); PyTorch "
                          f"refuses it too")
     n = math.ceil((b - a) / s)
-    return _from_host(a + np.arange(n, dtype=np.float64) * s, _dtype(dtype, "arange"), device,
+    return _from_host(a + np.arange(n, dtype=np.float64) * s, float_dtype(dtype, "arange"), device,
                       requires_grad)
 
 
@@ -189,14 +174,14 @@ def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device:
     i = np.arange(n, dtype=np.float64)
     step = (b - a) / (n - 1) if n > 1 else 0.0
     values = np.where(i < n // 2, a + i * step, b - (n - 1 - i) * step) if n > 1 else i + a
-    return _from_host(values, _dtype(dtype, "linspace"), device, requires_grad)
+    return _from_host(values, float_dtype(dtype, "linspace"), device, requires_grad)
 
 
 def eye(n: int, m: int | None = None, *, dtype: Any = None, device: str = "cpu",
         requires_grad: bool = False) -> Tensor:
     """An n x m identity (``torch.eye``; m defaults to n)."""
     rows, cols = _size((n, n if m is None else m), "eye")
-    return _from_host(np.eye(rows, cols), _dtype(dtype, "eye"), device, requires_grad)
+    return _from_host(np.eye(rows, cols), float_dtype(dtype, "eye"), device, requires_grad)
 
 
 def _random_fill(shape: tuple, kind: int, a: float, b: float, dtype: np.dtype,
@@ -213,7 +198,7 @@ def rand(*size: Any, dtype: Any = None, device: str = "cpu",
          requires_grad: bool = False) -> Tensor:
     """Uniform draws in [0, 1) from numbagrad's generator (``torch.rand``;
     see the module's docstring)."""
-    return _random_fill(_size(size, "rand"), UNIFORM, 0.0, 1.0, _dtype(dtype, "rand"),
+    return _random_fill(_size(size, "rand"), UNIFORM, 0.0, 1.0, float_dtype(dtype, "rand"),
                         device, requires_grad)
 
 
@@ -221,7 +206,7 @@ def randn(*size: Any, dtype: Any = None, device: str = "cpu",
           requires_grad: bool = False) -> Tensor:
     """Standard normal draws from numbagrad's generator (``torch.randn``)."""
     return _random_fill(_size(size, "randn"), NORMAL, 0.0, 1.0,
-                        _dtype(dtype, "randn"), device, requires_grad)
+                        float_dtype(dtype, "randn"), device, requires_grad)
 
 
 def normal(mean: float, std: float, size: Any, *, dtype: Any = None, device: str = "cpu",
@@ -232,7 +217,7 @@ def normal(mean: float, std: float, size: Any, *, dtype: Any = None, device: str
     if not s >= 0:
         raise ValueError(f"normal: std must be >= 0, got {s}")
     return _random_fill(_size((size,), "normal"), NORMAL, m, s,
-                        _dtype(dtype, "normal"), device, requires_grad)
+                        float_dtype(dtype, "normal"), device, requires_grad)
 
 
 def rand_like(t: Any, *, dtype: Any = None, device: str | None = None,

@@ -25,6 +25,7 @@ from . import dropout, embedding   # randomness; integer row lookups
 from . import activations, extrema, statistics  # noqa: I001 (activations and reductions)
 from . import attention, norm   # normalisation and attention
 from . import creation   # zeros, arange, rand, ...
+from . import layout   # flip, roll, tril, repeat, ... (made of the ops above)
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,10 @@ class Op:
     ``torch``, ``F`` (functional) and the inputs ``a``, ``b`` (a string: the
     package never imports PyTorch).
     ``sample``: the input shapes of that test; ``domain``: "positive" when
-    the inputs must be > 0, "unit" inside (-1, 1), "above_one" > 1; ``targets``: how many of the last inputs are
-    data the op never differentiates (a loss's target); ``args``: further
-    arguments of that test's call (an exponent, a shape).
+    the inputs must be > 0, "unit" inside (-1, 1), "above_one" > 1;
+    ``targets``: how many of the last inputs are data the op never
+    differentiates (a loss's target); ``args``: further arguments of that
+    test's call (an exponent, a shape).
     """
 
     name: str
@@ -148,6 +150,30 @@ OPS: tuple[Op, ...] = (
        args=(((1, 1), (2, 0)), 0.5)),
     Op("getitem", indexing.getitem, operators=("__getitem__",), numpy=("take",)),
     Op("gather", indexing.gather, method=True, numpy=("take_along_axis",)),
+    # --- rearranging, repeating and masking (ops/layout.py; chunk: tests/test_layout.py)
+    Op("flip", layout.flip, method=True, torch="torch.flip(a, (0, 2))", sample=((2, 3, 4),),
+       args=((0, 2),)),
+    Op("roll", layout.roll, method=True, torch="torch.roll(a, (1, -3), (0, 1))",
+       args=((1, -3), (0, 1))),
+    Op("tril", layout.tril, method=True, torch="torch.tril(a, -1)", sample=((2, 3, 4),),
+       args=(-1,)),
+    Op("triu", layout.triu, method=True, torch="torch.triu(a, 1)", sample=((2, 3, 4),),
+       args=(1,)),
+    Op("masked_fill", layout.masked_fill, method=True,
+       torch="a.masked_fill(torch.tensor([True, False, False, True]), 0.5)",
+       args=(np.array([True, False, False, True]), 0.5)),
+    Op("chunk", layout.chunk, method=True),
+    Op("unflatten", layout.unflatten, method=True, torch="torch.unflatten(a, 1, (2, -1))",
+       args=(1, (2, -1))),
+    Op("repeat", layout.repeat, method=True, torch="a.repeat(2, 1, 3)", args=((2, 1, 3),)),
+    Op("tile", layout.tile, method=True, torch="torch.tile(a, (2,))", sample=((2, 3),),
+       args=((2,),)),
+    Op("repeat_interleave", layout.repeat_interleave, method=True,
+       torch="torch.repeat_interleave(a, 2, 1)", args=(2, 1)),
+    Op("diagonal", layout.diagonal, method=True, torch="torch.diagonal(a, 1, 0, 2)",
+       sample=((3, 4, 5),), args=(1, 0, 2)),
+    Op("diag", layout.diag, method=True, torch="torch.diag(a, -1)", sample=((4,),),
+       args=(-1,)),
     # --- selection, comparison and casting ops
     Op("lt", masks.lt, operators=("__lt__",), numpy=("less",)),
     Op("le", masks.le, operators=("__le__",), numpy=("less_equal",)),
@@ -253,9 +279,11 @@ OPS: tuple[Op, ...] = (
        method=True, numpy=("sin",), torch="torch.sin(a)"),
     Op("cos", unary_op("cos", "The cosine elementwise (PyTorch's torch.cos)."),
        method=True, numpy=("cos",), torch="torch.cos(a)"),
-    Op("tan", unary_op("tan", "The tangent elementwise (PyTorch's torch.tan; gradient 1 + tan(x)^2)."),
+    Op("tan", unary_op("tan", "The tangent elementwise (PyTorch's torch.tan; gradient 1 + "
+                              "tan(x)^2)."),
        method=True, numpy=("tan",), torch="torch.tan(a)"),
-    Op("asin", unary_op("asin", "The arcsine elementwise (torch.asin: nan outside [-1, 1], gradient inf at +-1)."),
+    Op("asin", unary_op("asin", "The arcsine elementwise (torch.asin: nan outside [-1, 1], "
+                                "gradient inf at +-1)."),
        method=True, numpy=("arcsin",), domain="unit", torch="torch.asin(a)"),
     Op("acos", unary_op("acos", "The arccosine elementwise (torch.acos: nan outside [-1, 1])."),
        method=True, numpy=("arccos",), domain="unit", torch="torch.acos(a)"),
@@ -265,13 +293,17 @@ OPS: tuple[Op, ...] = (
        method=True, numpy=("sinh",), torch="torch.sinh(a)"),
     Op("cosh", unary_op("cosh", "The hyperbolic cosine elementwise (PyTorch's torch.cosh)."),
        method=True, numpy=("cosh",), torch="torch.cosh(a)"),
-    Op("asinh", unary_op("asinh", "The inverse hyperbolic sine elementwise (PyTorch's torch.asinh)."),
+    Op("asinh", unary_op("asinh", "The inverse hyperbolic sine elementwise (PyTorch's "
+                                  "torch.asinh)."),
        method=True, numpy=("arcsinh",), torch="torch.asinh(a)"),
-    Op("acosh", unary_op("acosh", "The inverse hyperbolic cosine elementwise (torch.acosh: nan below 1; its gradient (x^2 - 1)^-1/2, as PyTorch's)."),
+    Op("acosh", unary_op("acosh", "The inverse hyperbolic cosine elementwise (torch.acosh: nan "
+                                  "below 1; its gradient (x^2 - 1)^-1/2, as PyTorch's)."),
        method=True, numpy=("arccosh",), domain="above_one", torch="torch.acosh(a)"),
-    Op("atanh", unary_op("atanh", "The inverse hyperbolic tangent elementwise (torch.atanh: +-inf at +-1, nan beyond)."),
+    Op("atanh", unary_op("atanh", "The inverse hyperbolic tangent elementwise (torch.atanh: +-inf "
+                                  "at +-1, nan beyond)."),
        method=True, numpy=("arctanh",), domain="unit", torch="torch.atanh(a)"),
-    Op("erfc", unary_op("erfc", "1 - erf(x) elementwise, without the cancellation (PyTorch's torch.erfc)."),
+    Op("erfc", unary_op("erfc", "1 - erf(x) elementwise, without the cancellation (PyTorch's "
+                                "torch.erfc)."),
        method=True, torch="torch.erfc(a)"),
     Op("exp2", unary_op("exp2", "2 ** x elementwise (PyTorch's torch.exp2)."),
        method=True, numpy=("exp2",), torch="torch.exp2(a)"),
@@ -279,17 +311,24 @@ OPS: tuple[Op, ...] = (
        method=True, numpy=("log2",), domain="positive", torch="torch.log2(a)"),
     Op("log10", unary_op("log10", "The base-10 logarithm elementwise (PyTorch's torch.log10)."),
        method=True, numpy=("log10",), domain="positive", torch="torch.log10(a)"),
-    Op("log1p", unary_op("log1p", "log(1 + x) elementwise, exact for small x (PyTorch's torch.log1p)."),
+    Op("log1p", unary_op("log1p", "log(1 + x) elementwise, exact for small x (PyTorch's "
+                                  "torch.log1p)."),
        method=True, numpy=("log1p",), domain="positive", torch="torch.log1p(a)"),
-    Op("expm1", unary_op("expm1", "exp(x) - 1 elementwise, exact for small x (PyTorch's torch.expm1)."),
+    Op("expm1", unary_op("expm1", "exp(x) - 1 elementwise, exact for small x (PyTorch's "
+                                  "torch.expm1)."),
        method=True, numpy=("expm1",), torch="torch.expm1(a)"),
-    Op("rsqrt", unary_op("rsqrt", "1 / sqrt(x) elementwise (PyTorch's torch.rsqrt; inf at 0, nan below)."),
+    Op("rsqrt", unary_op("rsqrt", "1 / sqrt(x) elementwise (PyTorch's torch.rsqrt; inf at 0, nan "
+                                  "below)."),
        method=True, domain="positive", torch="torch.rsqrt(a)"),
-    Op("reciprocal", unary_op("reciprocal", "1 / x elementwise (PyTorch's torch.reciprocal; +-inf at +-0). NumPy's np.reciprocal on a tensor runs it (float only)."),
+    Op("reciprocal", unary_op("reciprocal", "1 / x elementwise (PyTorch's torch.reciprocal; +-inf "
+                                            "at +-0). NumPy's np.reciprocal on a tensor runs it "
+                                            "(float only)."),
        method=True, numpy=("reciprocal",), torch="torch.reciprocal(a)"),
-    Op("sign", unary_op("sign", "-1, 0 or 1 elementwise, with gradient 0 (PyTorch's torch.sign: 0 at nan, where NumPy's np.sign gives nan)."),
+    Op("sign", unary_op("sign", "-1, 0 or 1 elementwise, with gradient 0 (PyTorch's torch.sign: 0 "
+                                "at nan, where NumPy's np.sign gives nan)."),
        method=True, numpy=("sign",), torch="torch.sign(a)"),
-    Op("floor", unary_op("floor", "The largest integer <= x elementwise (torch.floor; gradient 0)."),
+    Op("floor", unary_op("floor", "The largest integer <= x elementwise (torch.floor; "
+                                  "gradient 0)."),
        method=True, numpy=("floor",), torch="torch.floor(a)"),
     Op("ceil", unary_op("ceil", "The smallest integer >= x elementwise (torch.ceil; gradient 0)."),
        method=True, numpy=("ceil",), torch="torch.ceil(a)"),

@@ -1,0 +1,86 @@
+"""ops/layout.py beyond the op table's rows: the forms with lists, sizes 0,
+other arguments, and the errors, against PyTorch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import numbagrad as ng
+from conftest import matches_torch
+
+torch = pytest.importorskip("torch")
+
+X = np.random.default_rng(0).normal(size=(5, 4))
+
+
+@pytest.mark.parametrize("chunks, dim", [(2, 0), (3, 0), (5, 0), (7, 0), (3, 1), (1, -1)])
+def test_chunk_cuts_as_torch(chunks, dim):
+    got = ng.chunk(ng.tensor(X), chunks, dim)
+    want = torch.chunk(torch.tensor(X), chunks, dim)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+@pytest.mark.parametrize("name, f, g", [
+    ("roll flat", lambda a: ng.roll(a, 3), lambda a: torch.roll(a, 3)),
+    ("roll back", lambda a: ng.roll(a, -6, 0), lambda a: torch.roll(a, -6, 0)),
+    ("repeat_interleave counts",
+     lambda a: ng.repeat_interleave(a, [2, 0, 1, 3, 1], 0),
+     lambda a: torch.repeat_interleave(a, torch.tensor([2, 0, 1, 3, 1]), 0)),
+    ("repeat_interleave flat", lambda a: ng.repeat_interleave(a, 2),
+     lambda a: torch.repeat_interleave(a, 2)),
+    ("diag of a matrix", lambda a: ng.diag(a, 1), lambda a: torch.diag(a, 1)),
+    ("diagonal below", lambda a: ng.diagonal(a, -2), lambda a: torch.diagonal(a, -2)),
+    ("diagonal past the end", lambda a: ng.diagonal(a, 9), lambda a: torch.diagonal(a, 9)),
+    ("triu far", lambda a: ng.triu(a, -7), lambda a: torch.triu(a, -7)),
+    ("tile more dims", lambda a: ng.tile(a, (2, 1, 2)), lambda a: torch.tile(a, (2, 1, 2))),
+    ("repeat zero", lambda a: ng.repeat(a, 0, 2), lambda a: a.repeat(0, 2)),
+    ("flip one", lambda a: ng.flip(a, -1), lambda a: torch.flip(a, (-1,))),
+])
+def test_other_forms_match_torch(name, f, g):
+    matches_torch(f, g, [X], name=name)
+
+
+def test_masked_fill_takes_a_tensor_mask_on_its_device(dev):
+    x = dev.param(X)
+    with ng.grad_tape():
+        y = ng.masked_fill(x, x > 0, -1.0)
+        loss = ng.sum(y * y)
+    grads = ng.backward(loss)
+    want = torch.tensor(X, requires_grad=True)
+    w = want.masked_fill(want > 0, -1.0)
+    (w * w).sum().backward()
+    host = ng.kernels.get(dev.name).to_host
+    np.testing.assert_allclose(host(y._data), w.detach().numpy())
+    np.testing.assert_allclose(host(grads[x.id]), want.grad.numpy())
+
+
+def test_bad_arguments_name_the_op():
+    x = ng.tensor(X)
+    with pytest.raises(ValueError, match="roll: shifts"):
+        ng.roll(x, (1, 2), 0)
+    with pytest.raises(ValueError, match="flip: dims"):
+        ng.flip(x, (0, 0))
+    with pytest.raises(np.exceptions.AxisError):
+        ng.flip(x, 2)
+    with pytest.raises(ValueError, match="tril: needs a tensor of at least 2 dims"):
+        ng.tril(ng.tensor(np.ones(3)))
+    with pytest.raises(ValueError, match="chunk: chunks must be > 0"):
+        ng.chunk(x, 0)
+    with pytest.raises(ValueError, match="repeat: 1 sizes for a tensor of 2 dims"):
+        ng.repeat(x, 2)
+    with pytest.raises(ValueError, match="repeat_interleave: 2 repeats for dim 0 of size 5"):
+        ng.repeat_interleave(x, [1, 2], 0)
+    with pytest.raises(ValueError, match="diagonal: dim1 and dim2"):
+        ng.diagonal(x, 0, 1, -1)
+    with pytest.raises(TypeError, match="tril: diagonal must be an int"):
+        ng.tril(x, 0.5)
+
+
+def test_methods_run_the_ops():
+    x = ng.tensor(X)
+    np.testing.assert_array_equal(x.flip(0).numpy(), X[::-1])
+    np.testing.assert_array_equal(x.tril().numpy(), np.tril(X))
+    np.testing.assert_array_equal(x.repeat(1, 2).numpy(), np.tile(X, (1, 2)))
+    np.testing.assert_array_equal(x.unflatten(1, (2, 2)).numpy(), X.reshape(5, 2, 2))
