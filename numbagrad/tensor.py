@@ -727,8 +727,8 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
         raise type(exc)(f"{what}: {exc}") from None
 
 
-_UFUNC_HINTS = {"power": "x ** p", "square": "x * x or x ** 2", "fmax": "ng.maximum",
-                "fmin": "ng.minimum", "isnan": "x != x (a boolean tensor)",
+_UFUNC_HINTS = {"square": "x * x or x ** 2", "fmax": "ng.maximum",
+                "fmin": "ng.minimum",
                 "logical_not": "the opposite comparison (x <= 0 for not x > 0)"}
 
 # ops and tape build on Tensor, so they are imported once it exists.

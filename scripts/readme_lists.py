@@ -35,7 +35,7 @@ from numbagrad.ops import table        # noqa: E402
 # ``table`` itself. A module not named here gets a heading of its own name.
 OP_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Creation", ("creation",)),
-    ("Elementwise", ("elementwise", "activations", "table")),
+    ("Elementwise", ("elementwise", "activations", "table", "arith")),
     ("Matrix products", ("matmul",)),
     ("Reductions", ("reductions", "extrema", "statistics")),
     ("Shapes, joins and indexing", ("shape", "join", "indexing", "layout")),

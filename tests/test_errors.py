@@ -287,8 +287,9 @@ def test_elementwise_errors_name_op_shapes_dtypes_and_devices(dev):
     with pytest.raises(TypeError, match=r"mul: dtypes differ: first operand float64 \(shape "
                                         r"\(3, 4\)\), second operand float32"):
         a * dev.tensor(np.ones(4), dtype=np.float32)
-    with pytest.raises(TypeError, match="pow: the exponent must be a Python real number"):
-        a ** a
+    with pytest.raises(TypeError, match=r"pow: dtypes differ: first operand float64 \(shape "
+                                        r"\(3, 4\)\), second operand float32"):
+        a ** dev.tensor(np.ones(4), dtype=np.float32)
     with pytest.raises(ValueError, match=r"sum: axis 2 is out of range for a tensor of shape "
                                          rf"\(3, 4\), float64, on {dev.name}"):
         a.sum(axis=2)
@@ -364,8 +365,8 @@ def test_numpy_functions_never_silently_leave_the_graph():
         assert isinstance(np.maximum(W, 0.0), ng.Tensor)   # ng.maximum, recorded
     with pytest.raises(TypeError, match=r"numpy.fmax .* not differentiable .* use ng.maximum"):
         np.fmax(W, 0.0)
-    with pytest.raises(TypeError, match="numpy.sin"):
-        np.sin(W)
+    with pytest.raises(TypeError, match="numpy.cbrt"):
+        np.cbrt(W)
     np.testing.assert_array_equal(np.asarray(W), [[0.5, -1.0]])   # still gives the data
 
 
@@ -379,7 +380,7 @@ def test_a_failed_selection_records_nothing_and_changes_no_gradient():
             ng.where(W > 0, W, ng.tensor(np.ones(3)))
         with pytest.raises(TypeError, match="numpy.max .* would leave the graph"):
             np.max(W)
-        with pytest.raises(TypeError, match=r"numpy.isnan .* use x != x"):
-            np.isnan(W)
+        with pytest.raises(TypeError, match=r"numpy.fmax .* use ng.maximum"):
+            np.fmax(W, W)
     loss.backward()
     np.testing.assert_array_equal(W.grad, np.full((1, 2), 2.0))

@@ -41,6 +41,22 @@ LISTED = [
      lambda a, b: torch.where(a > 0, a, b)),
     ("pad", [(2, 3)], lambda a: np.pad(a, ((1, 0), (0, 2))),
      lambda a: F.pad(a, (0, 2, 1, 0))),
+    ("flip", [(2, 3)], lambda a: np.flip(a), lambda a: torch.flip(a, (0, 1))),
+    ("tril", [(3, 3)], lambda a: np.tril(a, -1), lambda a: torch.tril(a, -1)),
+    ("triu", [(3, 3)], lambda a: np.triu(a, k=1), lambda a: torch.triu(a, 1)),
+    ("roll", [(2, 3)], lambda a: np.roll(a, 2, axis=1), lambda a: torch.roll(a, 2, 1)),
+    ("repeat", [(2, 3)], lambda a: np.repeat(a, 2, axis=0),
+     lambda a: torch.repeat_interleave(a, 2, 0)),
+    ("tile", [(2, 3)], lambda a: np.tile(a, (2, 1)), lambda a: torch.tile(a, (2, 1))),
+    ("diagonal", [(3, 4)], lambda a: np.diagonal(a, 1), lambda a: torch.diagonal(a, 1)),
+    ("diag", [(3,)], lambda a: np.diag(a, -1), lambda a: torch.diag(a, -1)),
+]
+# NumPy functions that run an op whose result carries no gradient
+NO_GRADIENT = [
+    ("isclose", lambda a: np.isclose(a, a + 1e-9)),
+    ("zeros_like", lambda a: np.zeros_like(a)), ("ones_like", lambda a: np.ones_like(a)),
+    ("empty_like", lambda a: np.empty_like(a).shape),
+    ("full_like", lambda a: np.full_like(a, 2.5, dtype=np.float32)),
 ]
 # (NumPy function on tensors, a fragment of the hint its error gives)
 OTHERS = [
@@ -57,8 +73,8 @@ OTHERS = [
     (lambda t: np.sort(t), "numpy.sort .*no op for it.*no ng alternative"),
     (lambda t: np.unique(t), "numpy.unique .*no ng alternative"),
     (lambda t: np.hstack([t, t]), r"numpy.hstack .*ng.concatenate\(tensors, axis=1\)"),
-    (lambda t: np.zeros_like(t), "numpy.zeros_like .*ng.tensor"),
-    (lambda t: np.isnan(t), "numpy.isnan .*not differentiable"),    # a ufunc
+    (lambda t: np.cumprod(t), "numpy.cumprod .*no ng alternative"),
+    (lambda t: np.signbit(t), "numpy.signbit .*not differentiable"),    # a ufunc
     (lambda t: np.where(t > 0), r"numpy.where\(condition\) with one argument .*np.nonzero"),
 ]
 
@@ -154,4 +170,15 @@ def test_the_tables_come_from_the_rows():
     assert all(FUNCTIONS[n] is names[n] for n in FUNCTIONS)
     assert not any(isinstance(getattr(np, n, None), np.ufunc) for n in FUNCTIONS)
     assert set(FUNCTIONS) <= set(numpy_api.ADAPTERS)   # every function row has an adapter
-    assert {c[0] for c in LISTED} == set(numpy_api.ADAPTERS)
+    assert {c[0] for c in LISTED} | {c[0] for c in NO_GRADIENT} == set(numpy_api.ADAPTERS)
+
+
+@pytest.mark.parametrize("name, f", NO_GRADIENT, ids=[c[0] for c in NO_GRADIENT])
+def test_functions_without_a_gradient_give_numpys_result(name, f):
+    a = np.array([[1.0, -2.0], [0.5, 3.0]])
+    got, want = f(ng.tensor(a)), f(a)
+    if isinstance(want, tuple):
+        assert got == want
+        return
+    assert isinstance(got, ng.Tensor) and got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -728,15 +728,130 @@ def _d_max_b(a, b):
     return 0.5 if a == b else (0.0 if a > b else 1.0)
 
 
+# --- issue 30's binary functions. Each guards what Python's float
+# arithmetic raises at (a zero divisor, a negative base): the CUDA simulator
+# runs them as Python.
+def _atan2(a, b):
+    return math.atan2(a, b)
+
+
+def _d_atan2_a(a, b):     # b / (a^2 + b^2), PyTorch's; nan at (0, 0)
+    d = a * a + b * b
+    return b / d if d != 0 else math.nan
+
+
+def _d_atan2_b(a, b):
+    d = a * a + b * b
+    return -a / d if d != 0 else math.nan
+
+
+def _copysign(a, b):
+    return math.copysign(a, b)
+
+
+def _d_copysign_a(a, b):   # +-1, and 0 where a == 0 (PyTorch's)
+    if a == 0 or a != a:
+        return 0.0 if a == 0 else math.nan
+    return 1.0 if (a > 0) == (math.copysign(1.0, b) > 0) else -1.0
+
+
+def _d_zero(a, b):
+    return 0.0
+
+
+def _fmod(a, b):     # C's fmod: the sign of a (exact: % of magnitudes is)
+    if b == 0 or a - a != 0 or b != b:
+        return math.nan
+    return math.copysign(abs(a) % abs(b), a) if b - b == 0 else a
+
+
+def _d_fmod_b(a, b):   # -trunc(a / b), PyTorch's
+    if b == 0:
+        return math.nan
+    q = a / b
+    if not abs(q) < _TWO52:
+        return -q
+    return -float(math.floor(q) if q >= 0 else math.ceil(q))
+
+
+def _remainder(a, b):   # torch.remainder's: the sign of b (a zero keeps a's)
+    if b == 0 or a - a != 0 or b != b:
+        return math.nan
+    m = math.copysign(abs(a) % abs(b), a) if b - b == 0 else a    # fmod
+    return m + b if m != 0 and (b < 0) != (m < 0) else m
+
+
+def _d_remainder_b(a, b):   # -floor(a / b), PyTorch's
+    if b == 0:
+        return math.nan
+    q = a / b
+    return -float(math.floor(q)) if abs(q) < _TWO52 else -q
+
+
+def _floor_divide(a, b):   # Python's a // b, which is torch's rounding_mode="floor"
+    if b == 0:
+        if a != a or a == 0:
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a // b
+
+
+def _logaddexp(a, b):    # log(exp(a) + exp(b)), PyTorch's form
+    if a == b and a - a != 0:   # both +inf or both -inf
+        return a
+    m = a if a > b or b != b else b
+    return m + math.log1p(math.exp(-abs(a - b)))
+
+
+def _d_logaddexp_a(a, b):   # 1 / (1 + exp(b - a)), PyTorch's
+    d = b - a
+    return 1 / (1 + math.exp(d)) if d < 700 else 0.0
+
+
+def _d_logaddexp_b(a, b):
+    d = a - b
+    return 1 / (1 + math.exp(d)) if d < 700 else 0.0
+
+
+def _pow_ab(a, b):   # a ** b, IEEE's pow: nan for a < 0 and a non-integer b
+    if a < 0 and a - a == 0 and b - b == 0 and b % 1.0 != 0:
+        return math.nan
+    if a == 0 and b < 0:
+        return math.copysign(math.inf, a) if b % 2.0 == 1.0 else math.inf
+    return a ** b
+
+
+def _d_pow_ab_a(a, b):   # b a^(b - 1), 0 where b == 0 (PyTorch's)
+    if b == 0:
+        return 0.0
+    c = b - 1
+    if a < 0 and a - a == 0 and c - c == 0 and c % 1.0 != 0:
+        return math.nan
+    if a == 0 and c < 0:
+        return b * (math.copysign(math.inf, a) if c % 2.0 == 1.0 else math.inf)
+    return b * a ** c
+
+
+def _d_pow_ab_b(a, b):   # a^b log(a), 0 where a == 0 and b >= 0 (PyTorch's)
+    if a == 0 and b >= 0:
+        return 0.0
+    if a < 0:
+        return math.nan
+    y = math.inf if a == 0 else a ** b
+    return y * (math.log(a) if a > 0 else -math.inf)
+
+
 @dataclass(frozen=True)
 class BinaryCode:
     """One binary code, y = forward(a, b), with d(y)/da = ``grad_a(a, b)`` and
-    d(y)/db = ``grad_b(a, b)``; ``NAME.upper()`` is its constant here."""
+    d(y)/db = ``grad_b(a, b)``; ``NAME.upper()`` is its constant here.
+    ``own_loop``: as ``UnaryCode``'s (False: the CPU's one shared loop)."""
 
     name: str
     forward: Callable
     grad_a: Callable
     grad_b: Callable
+    own_loop: bool = True
 
 
 BINARY = (
@@ -746,9 +861,20 @@ BINARY = (
     BinaryCode("div", _div, _d_div_a, _d_div_b),
     BinaryCode("max", _max, _d_max_a, _d_max_b),
     BinaryCode("min", _min, _d_max_b, _d_max_a),   # min(a, b)'s d/da is max's d/db
+    # issue 30, in the shared loop
+    BinaryCode("atan2", _atan2, _d_atan2_a, _d_atan2_b, own_loop=False),
+    BinaryCode("copysign", _copysign, _d_copysign_a, _d_zero, own_loop=False),
+    BinaryCode("fmod", _fmod, _d_one, _d_fmod_b, own_loop=False),
+    BinaryCode("remainder", _remainder, _d_one, _d_remainder_b, own_loop=False),
+    BinaryCode("floor_divide", _floor_divide, _d_zero, _d_zero, own_loop=False),
+    BinaryCode("logaddexp", _logaddexp, _d_logaddexp_a, _d_logaddexp_b, own_loop=False),
+    BinaryCode("pow_tensor", _pow_ab, _d_pow_ab_a, _d_pow_ab_b, own_loop=False),   # a ** b
 )
 
 # ------------------------------------------------ what follows from the records
+if {r.name for r in UNARY} & {r.name for r in BINARY}:   # one constant per name
+    raise ValueError(f"kernels/codes.py: a unary and a binary record share the names "
+                     f"{sorted({r.name for r in UNARY} & {r.name for r in BINARY})}")
 # each record's constant: IDENT = 0, ..., ADD = 0, ...
 globals().update({r.name.upper(): c for c, r in enumerate(UNARY)})
 globals().update({r.name.upper(): c for c, r in enumerate(BINARY)})
@@ -756,8 +882,9 @@ N_UNARY = len(UNARY)
 N_BINARY = len(BINARY)
 # codes as cheap as a copy (the CPU's memory-bound threading threshold)
 CHEAP_UNARY = frozenset(c for c, r in enumerate(UNARY) if r.cheap)
-# the codes the CPU runs in its one shared loop (no loop of their own)
+# the codes the CPU runs in its family's one shared loop (no loop of their own)
 SHARED_LOOP = frozenset(c for c, r in enumerate(UNARY) if not r.own_loop)
+SHARED_BINARY_LOOP = frozenset(c for c, r in enumerate(BINARY) if not r.own_loop)
 # the codes with a float32 fast form on the CPU
 FAST32 = frozenset(c for c, r in enumerate(UNARY) if r.fast32)
 # linear's activations: name -> code

@@ -67,7 +67,8 @@ def _tensor(array: Any, kern: Any, requires_grad: bool) -> Tensor:
 def _filled(shape: tuple, value: float | None, dtype: np.dtype, device: str,
             requires_grad: bool) -> Tensor:
     kern = kernels.get(device)
-    array = buffers.take(kern, shape, dtype) if not requires_grad else kern.empty(shape, dtype)
+    array = buffers.take(kern, shape, dtype) if not requires_grad else \
+        kernels.empty(kern, shape, dtype)
     if value is not None and array.size:
         kernels.call(kern, "fill", 0, _flat(array), value)
     return _tensor(array, kern, requires_grad)

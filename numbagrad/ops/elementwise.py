@@ -142,12 +142,13 @@ def neg(x: Any) -> Tensor:
 def pow(x: Any, p: Any) -> Tensor:  # noqa: A001 (ng.pow, as torch.pow)
     """x ** p for a Python real exponent ``p``, or a Python real base ``x``
     raised to a tensor ``p`` (``2.0 ** t``; its gradient p's: x ** p * log(x),
-    0 where x == 0 and p >= 0, as PyTorch's)."""
+    0 where x == 0 and p >= 0, as PyTorch's), or tensor to tensor with
+    broadcasting (nan where x < 0 and p is not an integer, as PyTorch)."""
     if is_scalar(x) and not is_scalar(p):
         return _unary(codes.RPOW_S, p, float(x), "pow")
-    if not is_scalar(p):
-        raise TypeError(f"pow: the exponent must be a Python real number, got "
-                        f"{type(p).__name__}; tensor exponents are not supported")
+    if not is_scalar(p):     # a tensor exponent: one binary kernel, broadcast
+        a, b = pair(x, p, "pow")
+        return _binary(codes.POW_TENSOR, a, b, "pow")
     return _unary(codes.POW, x, float(p), "pow")
 
 
@@ -241,6 +242,16 @@ def mul(a: Any, b: Any) -> Tensor:
     return _binary(codes.MUL, a, b)
 
 
-def div(a: Any, b: Any) -> Tensor:
-    """a / b with NumPy broadcasting."""
-    return _binary(codes.DIV, a, b)
+def div(a: Any, b: Any, *, rounding_mode: str | None = None) -> Tensor:
+    """a / b with NumPy broadcasting; ``rounding_mode`` as ``torch.div``:
+    "trunc" rounds toward zero (trunc(a / b)), "floor" down (Python's
+    ``a // b``, ``floor_divide``); a rounded quotient has no gradient."""
+    if rounding_mode is None:
+        return _binary(codes.DIV, a, b)
+    if rounding_mode == "trunc":
+        return _unary(codes.TRUNC, _binary(codes.DIV, a, b), 0.0, "div")
+    if rounding_mode == "floor":
+        a, b = pair(a, b, "div")
+        return _binary(codes.FLOOR_DIVIDE, a, b, "div")
+    raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
+                     f"{rounding_mode!r}")

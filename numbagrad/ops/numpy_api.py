@@ -121,6 +121,55 @@ def _pad(fn, array, pad_width, mode="constant", constant_values=0.0):
     return fn(array, pad_width, value=float(constant_values))
 
 
+def _isclose(fn, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return fn(a, b, rtol, atol, equal_nan)
+
+
+def _flip(fn, m, axis=None):
+    return fn(m, tuple(range(np.ndim(m))) if axis is None else axis)
+
+
+def _band(fn, m, k=0):
+    return fn(m, k)
+
+
+def _roll(fn, a, shift, axis=None):
+    return fn(a, shift, axis)
+
+
+def _repeat(fn, a, repeats, axis=None):
+    return fn(a, repeats, axis)
+
+
+def _tile(fn, A, reps):    # noqa: N803 (NumPy's name)
+    return fn(A, reps)
+
+
+def _diagonal(fn, a, offset=0, axis1=0, axis2=1):
+    return fn(a, offset, axis1, axis2)
+
+
+def _diag(fn, v, k=0):
+    return fn(v, k)
+
+
+def _like_options(name: str, order: str, shape: Any, device: Any) -> None:
+    if order not in ("K", "C") or shape is not None or device not in (None, "cpu"):
+        raise TypeError(f"numpy.{name} on a numbagrad Tensor: only dtype= (got "
+                        f"order={order!r}, shape={shape!r}, device={device!r}); use ng.{name}")
+
+
+def _like(fn, a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    _like_options(fn.__name__, order, shape, device)
+    return fn(a, dtype=dtype)
+
+
+def _full_like(fn, a, fill_value, dtype=None, order="K", subok=True, shape=None, *,
+               device=None):
+    _like_options("full_like", order, shape, device)
+    return fn(a, fill_value, dtype=dtype)
+
+
 # NumPy function name -> (the ng op expected to answer it, the adapter that
 # calls ``fn`` with NumPy's arguments)
 ADAPTERS: dict[str, tuple[str, Callable]] = {
@@ -132,6 +181,12 @@ ADAPTERS: dict[str, tuple[str, Callable]] = {
     "broadcast_to": ("ng.broadcast_to", _broadcast_to), "sum": ("ng.sum", _reduction),
     "mean": ("ng.mean", _reduction), "matmul": ("ng.matmul", _matmul),
     "where": ("ng.where", _where), "pad": ("ng.pad", _pad),
+    "isclose": ("ng.isclose", _isclose), "flip": ("ng.flip", _flip),
+    "tril": ("ng.tril", _band), "triu": ("ng.triu", _band), "roll": ("ng.roll", _roll),
+    "repeat": ("ng.repeat_interleave", _repeat), "tile": ("ng.tile", _tile),
+    "diagonal": ("ng.diagonal", _diagonal), "diag": ("ng.diag", _diag),
+    "zeros_like": ("ng.zeros_like", _like), "ones_like": ("ng.ones_like", _like),
+    "empty_like": ("ng.empty_like", _like), "full_like": ("ng.full_like", _full_like),
 }
 
 # NumPy functions with no op: what to use instead
@@ -152,12 +207,9 @@ HINTS = {
     "hstack": "use ng.concatenate(tensors, axis=1)",
     "vstack": "use ng.concatenate(tensors, axis=0)",
     "copy": "use x * 1.0 (a recorded copy) or t.numpy() (the data)",
-    "zeros_like": "use ng.tensor(np.zeros(t.shape, t.dtype), device=t.device)",
-    "ones_like": "use ng.tensor(np.ones(t.shape, t.dtype), device=t.device)",
     "allclose": "compare the data: np.allclose(t.numpy(), ...)",
-    "isclose": "compare the data: np.isclose(t.numpy(), ...)",
     "array_equal": "compare the data: np.array_equal(t.numpy(), ...)",
-    "linalg.norm": "use ng.sqrt(ng.sum(x * x))", "flip": "use x[::-1] (indexing)",
+    "linalg.norm": "use ng.sqrt(ng.sum(x * x))",
     "astype": "use x.astype(dtype)", "copyto": "tensors are written by ops only",
 }
 _META = {"shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size}

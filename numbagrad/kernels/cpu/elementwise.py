@@ -138,24 +138,27 @@ def _unary_loop(code, x, out, p, alpha, beta, r0, r1, c0, c1):
             o[j] = y if beta == 0 else y + beta * o[j]
 
 
-def _ladder(name: str, loop: Callable, params: str, count: int, lead: str = "",
-            shared: Callable | None = None) -> Callable:
+def _ladder(name: str, loop: Callable, params: str, count: int, shared: Callable,
+            shared_codes: frozenset, lead: str = "") -> Callable:
     """``name(code, <params>)``: ``loop(<code>, <lead><params>)`` with the code a
-    constant, one branch per record (``dispatch.ladder``); any other raises.
-    Given ``shared``, the unary records without a loop of their own
-    (``codes.SHARED_LOOP``) have no branch: ``shared(code, <lead><params>)``
-    runs them, and raises for any other code."""
-    own = [c for c in range(count) if shared is None or c not in codes.SHARED_LOOP]
+    constant, one branch per record (``dispatch.ladder``), except the
+    records without a loop of their own (``shared_codes``), which
+    ``shared(code, <lead><params>)`` runs; it raises for any other code."""
+    own = [c for c in range(count) if c not in shared_codes]
     return njit(error_model="numpy")(dispatch.ladder(
         name, params, own, f"_loop({{code}}, {lead}{params})", {"_loop": loop, "_shared": shared},
-        f"{name.strip('_')}: unknown op code",
-        otherwise=None if shared is None else f"_shared(code, {lead}{params})"))
+        f"{name.strip('_')}: unknown op code", otherwise=f"_shared(code, {lead}{params})"))
 
 
-# Whether a code runs in the shared loop: a ladder over codes.SHARED_LOOP.
-_in_shared_loop = njit(error_model="numpy", inline="always")(dispatch.ladder(
-    "_in_shared_loop", "", sorted(codes.SHARED_LOOP), "return True", {}, "",
-    otherwise="return False"))
+def _member(name: str, members: frozenset) -> Callable:
+    """``name(code)``: whether ``code`` is one of ``members`` (a ladder)."""
+    return njit(error_model="numpy", inline="always")(dispatch.ladder(
+        name, "", sorted(members), "return True", {}, "", otherwise="return False"))
+
+
+# Whether a code runs in its family's shared loop.
+_in_shared_loop = _member("_in_shared_loop", codes.SHARED_LOOP)
+_in_shared_binary_loop = _member("_in_shared_binary_loop", codes.SHARED_BINARY_LOOP)
 
 
 @njit(error_model="numpy", inline="always")
@@ -177,7 +180,7 @@ def _unary_shared(code, x, out, p, alpha, beta, r0, r1, c0, c1):
 
 _BLOCK = "r0, r1, c0, c1"
 _unary_block = _ladder("_unary_block", _unary_loop, f"x, out, p, alpha, beta, {_BLOCK}",
-                       codes.N_UNARY, shared=_unary_shared)
+                       codes.N_UNARY, _unary_shared, codes.SHARED_LOOP)
 
 
 @njit(cache=True, error_model="numpy")
@@ -221,7 +224,7 @@ def _unary_backward_shared(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
 
 _unary_backward_block = _ladder("_unary_backward_block", _unary_backward_loop,
                                 f"x, y, gout, dest, beta, p, {_BLOCK}", codes.N_UNARY,
-                                shared=_unary_backward_shared)
+                                _unary_backward_shared, codes.SHARED_LOOP)
 
 
 @njit(cache=True, error_model="numpy")
@@ -269,7 +272,15 @@ def _binary_loop(code, a, b, out, r0, r1, c0, c1):
             o[j] = _binary(code, ar[0 if ba1 else j], br[0 if bb1 else j])
 
 
-_binary_block = _ladder("_binary_block", _binary_loop, f"a, b, out, {_BLOCK}", codes.N_BINARY)
+@njit(error_model="numpy")
+def _binary_shared(code, a, b, out, r0, r1, c0, c1):
+    if not _in_shared_binary_loop(code):
+        raise ValueError("binary_block: unknown op code")
+    _binary_loop(code, a, b, out, r0, r1, c0, c1)
+
+
+_binary_block = _ladder("_binary_block", _binary_loop, f"a, b, out, {_BLOCK}", codes.N_BINARY,
+                        _binary_shared, codes.SHARED_BINARY_LOOP)
 
 
 @njit(cache=True, error_model="numpy")
@@ -317,11 +328,23 @@ def _binary_backward_loop(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
             d[i, j] = g if beta == 0 else g + beta * d[i, j]
 
 
+@njit(error_model="numpy")
+def _binary_backward_shared(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
+    if not _in_shared_binary_loop(code):
+        raise ValueError("binary_backward_block: unknown op code")
+    if which == 0:     # (a constant operand order, as in the ladders' loops)
+        _binary_backward_loop(code, 0, a, b, gout, d, beta, r0, r1, c0, c1)
+    else:
+        _binary_backward_loop(code, 1, a, b, gout, d, beta, r0, r1, c0, c1)
+
+
 # a's gradient over one block of d, and b's
 _grad_a_block = _ladder("_grad_a_block", _binary_backward_loop,
-                        f"a, b, gout, d, beta, {_BLOCK}", codes.N_BINARY, lead="0, ")
+                        f"a, b, gout, d, beta, {_BLOCK}", codes.N_BINARY,
+                        _binary_backward_shared, codes.SHARED_BINARY_LOOP, lead="0, ")
 _grad_b_block = _ladder("_grad_b_block", _binary_backward_loop,
-                        f"a, b, gout, d, beta, {_BLOCK}", codes.N_BINARY, lead="1, ")
+                        f"a, b, gout, d, beta, {_BLOCK}", codes.N_BINARY,
+                        _binary_backward_shared, codes.SHARED_BINARY_LOOP, lead="1, ")
 
 
 @njit(error_model="numpy", inline="always")

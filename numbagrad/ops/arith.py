@@ -1,0 +1,107 @@
+"""Binary math (issue 30): ``atan2``, ``copysign``, ``fmod``, ``remainder``
+(``%``), ``floor_divide`` (``//``), ``logaddexp``, a tensor exponent in
+``pow``, ``div(rounding_mode=)``, ``lerp``, and the tests ``isnan``,
+``isinf``, ``isfinite``, ``isclose``.
+
+The binary ones are one ``binary`` kernel forward and one backward each,
+from their records in ``kernels/codes.py`` (with NumPy broadcasting; a
+Python number takes the tensor's dtype and device, as PyTorch). ``lerp``,
+``div(rounding_mode="trunc")`` and the tests are compositions of existing
+ops. The tests return boolean tensors, as the comparisons do.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels import codes
+from ..tensor import Tensor
+from . import elementwise as ew
+from ._common import is_scalar, operand, pair
+from .activations import abs as _abs
+from .masks import eq, le, ne, where
+
+
+def _binary(code: int, name: str, a: Any, b: Any) -> Tensor:
+    a, b = pair(a, b, name)
+    return ew._binary(code, a, b, name)
+
+
+def atan2(a: Any, b: Any) -> Tensor:
+    """The angle of the point (b, a), elementwise (``torch.atan2``); its
+    gradient b / (a^2 + b^2), -a / (a^2 + b^2) is nan at (0, 0)."""
+    return _binary(codes.ATAN2, "atan2", a, b)
+
+
+def copysign(a: Any, b: Any) -> Tensor:
+    """|a| with the sign of b (``torch.copysign``; the gradient to a is +-1,
+    0 where a == 0, and b gets none)."""
+    return _binary(codes.COPYSIGN, "copysign", a, b)
+
+
+def fmod(a: Any, b: Any) -> Tensor:
+    """C's fmod: the remainder of a / b with the sign of a (``torch.fmod``,
+    ``np.fmod``); gradients 1 and -trunc(a / b); nan where b == 0."""
+    return _binary(codes.FMOD, "fmod", a, b)
+
+
+def remainder(a: Any, b: Any) -> Tensor:
+    """``a % b`` with the sign of b (``torch.remainder``, ``np.mod``; a zero
+    result keeps a's sign, as PyTorch's, where NumPy's takes b's);
+    gradients 1 and -floor(a / b); nan where b == 0."""
+    return _binary(codes.REMAINDER, "remainder", a, b)
+
+
+def floor_divide(a: Any, b: Any) -> Tensor:
+    """Python's ``a // b``, floor(a / b) (``torch.floor_divide``,
+    ``np.floor_divide``); no gradient flows (0), as PyTorch's."""
+    return _binary(codes.FLOOR_DIVIDE, "floor_divide", a, b)
+
+
+def logaddexp(a: Any, b: Any) -> Tensor:
+    """log(exp(a) + exp(b)) without overflow (``torch.logaddexp``)."""
+    return _binary(codes.LOGADDEXP, "logaddexp", a, b)
+
+
+def lerp(start: Any, end: Any, weight: Any) -> Tensor:
+    """start + weight * (end - start) (``torch.lerp``; ``weight`` a number
+    or a tensor; PyTorch computes end - (end - start) (1 - weight) for
+    weight >= 0.5, which may differ in the last bit)."""
+    start = operand(start, "lerp")
+    return start + weight * (end - start)
+
+
+def isnan(x: Any) -> Tensor:
+    """Whether each element is nan: a boolean tensor (``torch.isnan``)."""
+    x = operand(x, "isnan")
+    return ne(x, x)
+
+
+def isinf(x: Any) -> Tensor:
+    """Whether each element is +-inf (``torch.isinf``)."""
+    x = operand(x, "isinf")
+    return eq(_abs(x), float("inf"))
+
+
+def isfinite(x: Any) -> Tensor:
+    """Whether each element is neither inf nor nan (``torch.isfinite``)."""
+    x = operand(x, "isfinite")
+    return eq(x - x, 0.0)
+
+
+def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
+            equal_nan: bool = False) -> Tensor:
+    """|a - b| <= atol + rtol |b| elementwise, equal infinities close too
+    (``torch.isclose``, ``np.isclose``); nan is close to nan only with
+    ``equal_nan``."""
+    if not (is_scalar(rtol) and is_scalar(atol)) or rtol < 0 or atol < 0:
+        raise ValueError(f"isclose: rtol and atol must be numbers >= 0, got {rtol!r}, {atol!r}")
+    a, b = pair(a, b, "isclose")
+    # equal values (inf == inf too) are close; else an inf or nan on either
+    # side makes the gap nan, which no tolerance admits
+    same = eq(a, b)
+    gap = where(same, 0.0, _abs(a - b) + (a - a) + (b - b))
+    size = where(same, 0.0, _abs(b))     # (rtol * inf is nan at rtol 0)
+    if equal_nan:
+        gap = where(isnan(a), where(isnan(b), 0.0, gap), gap)
+        size = where(isnan(b), 0.0, size)
+    return le(gap, atol + rtol * size)
