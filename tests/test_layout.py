@@ -84,3 +84,27 @@ def test_methods_run_the_ops():
     np.testing.assert_array_equal(x.tril().numpy(), np.tril(X))
     np.testing.assert_array_equal(x.repeat(1, 2).numpy(), np.tile(X, (1, 2)))
     np.testing.assert_array_equal(x.unflatten(1, (2, 2)).numpy(), X.reshape(5, 2, 2))
+
+
+def test_consistent_error_classes():
+    """Issue 30's consistent errors: float or bool index arrays are an
+    IndexError (also a TypeError, as before), a wrong-length tuple a
+    ValueError (also a TypeError), and norm layers take rng= like the rest."""
+    x = ng.tensor(X)
+    for fn in (lambda: x[np.array([0.0, 1.0])], lambda: ng.gather(x, 0, np.array([[True]])),
+               lambda: ng.gather(x, 1, np.array([[0.5]])),
+               lambda: ng.embedding(np.array([1.0]), x)):
+        with pytest.raises(IndexError, match="indices must be integers"):
+            fn()
+        with pytest.raises(TypeError, match="indices must be integers"):
+            fn()
+    image, w = ng.tensor(np.ones((1, 1, 4, 4))), ng.tensor(np.ones((1, 1, 2, 2)))
+    for error in (ValueError, TypeError):
+        with pytest.raises(error, match=r"conv2d: padding must be an int or a tuple of 2 ints"):
+            ng.conv2d(image, w, None, 1, (1, 1, 1))
+    with pytest.raises(TypeError, match="conv2d: padding"):
+        ng.conv2d(image, w, None, 1, (1, 0.5))
+    rng = np.random.default_rng(0)
+    for layer in (ng.nn.LayerNorm(4, rng=rng), ng.nn.GroupNorm(2, 4, rng=rng),
+                  ng.nn.BatchNorm1d(4, rng=rng), ng.nn.BatchNorm2d(4, rng=rng)):
+        assert isinstance(layer, ng.nn.Module)

@@ -1,6 +1,8 @@
 """Normalisation layers with PyTorch's names, parameters, buffers, state-dict
 keys, shapes and default init (weight ones, bias zeros; running mean zeros,
-running variance ones, num_batches_tracked 0 as int64)."""
+running variance ones, num_batches_tracked 0 as int64). Their init draws
+nothing, so ``rng=`` is accepted and ignored: code that builds every layer
+with one ``rng=`` builds these too."""
 from __future__ import annotations
 
 import math
@@ -42,7 +44,8 @@ class LayerNorm(Module):
     shape when ``elementwise_affine`` (``bias=False``: no bias)."""
 
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, *, dtype: Any = None, device: str = "cpu") -> None:
+                 bias: bool = True, *, dtype: Any = None, device: str = "cpu",
+                 rng: Any = None) -> None:
         items = normalized_shape if isinstance(normalized_shape, (tuple, list)) \
             else (normalized_shape,)
         shape = tuple(_positive("LayerNorm", "normalized_shape", n) for n in items)
@@ -69,7 +72,8 @@ class GroupNorm(Module):
     per-channel ``weight`` (ones) and ``bias`` (zeros) when ``affine``."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
-                 affine: bool = True, *, dtype: Any = None, device: str = "cpu") -> None:
+                 affine: bool = True, *, dtype: Any = None, device: str = "cpu",
+                 rng: Any = None) -> None:
         groups = _positive("GroupNorm", "num_groups", num_groups)
         channels = _positive("GroupNorm", "num_channels", num_channels)
         if channels % groups:
@@ -107,7 +111,7 @@ class _BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
                  affine: bool = True, track_running_stats: bool = True, *,
-                 dtype: Any = None, device: str = "cpu") -> None:
+                 dtype: Any = None, device: str = "cpu", rng: Any = None) -> None:
         name = type(self).__name__
         channels = _positive(name, "num_features", num_features)
         if momentum is None:

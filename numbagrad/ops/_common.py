@@ -24,6 +24,17 @@ def is_scalar(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+class IndexDtypeError(IndexError, TypeError):
+    """Float or bool arrays given as integer indices: an IndexError, as
+    PyTorch raises, and a TypeError (what numbagrad raised before)."""
+
+
+class ArgumentLengthError(ValueError, TypeError):
+    """A tuple argument of the wrong length (``padding=(1, 1, 1)`` for a 2-D
+    op): a ValueError, as PyTorch raises, and a TypeError (numbagrad's
+    earlier class for it)."""
+
+
 def describe(t: Tensor) -> str:
     return f"shape {t.shape}, {t.dtype}, on {t.device}"
 

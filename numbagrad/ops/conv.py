@@ -28,21 +28,23 @@ from typing import Any
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (broadcast_into, contiguous, describe, ones, pair, permuted,
-                      reduce_into, reshaped, result)
+from ._common import (ArgumentLengthError, broadcast_into, contiguous, describe, ones, pair,
+                      permuted, reduce_into, reshaped, result)
 
 
 def _ints(value: Any, n: int, op: str, what: str, minimum: int) -> tuple[int, ...]:
     """``value`` (an int, or a tuple or list of ``n`` ints) as ``n`` ints of at
     least ``minimum``, or a clear error naming the op and the argument."""
     items = tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+    message = f"{op}: {what} must be an int or a tuple of {n} ints, got {value!r}"
+    if len(items) != n:
+        raise ArgumentLengthError(message)
     try:
-        if len(items) != n or any(isinstance(v, bool) for v in items):
+        if any(isinstance(v, bool) for v in items):
             raise TypeError
         out = tuple(operator.index(v) for v in items)
     except TypeError:
-        raise TypeError(f"{op}: {what} must be an int or a tuple of {n} ints, got "
-                        f"{value!r}") from None
+        raise TypeError(message) from None
     if any(v < minimum for v in out):
         raise ValueError(f"{op}: {what} must be >= {minimum}, got {value!r}")
     return out

@@ -31,8 +31,8 @@ from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range, index_error
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (alias, axis_of, copy_strided, describe, ones, operand, permuted, reshaped,
-                      result)
+from ._common import (IndexDtypeError, alias, axis_of, copy_strided, describe, ones, operand,
+                      permuted, reshaped, result)
 from .shape import _view, _viewed, reshape
 
 
@@ -83,16 +83,19 @@ def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> 
     host indices (checked here to lie in [low, high) first), (source, op,
     axis, low) for a CUDA device array, which that kernel checks itself."""
     if isinstance(index, Tensor):
-        raise TypeError(f"{op}: indices must be integers (a NumPy integer array), got a "
-                        f"{index.dtype} Tensor")
+        raise IndexDtypeError(f"{op}: indices must be integers (a NumPy integer array), got a "
+                              f"{index.dtype} Tensor")
     if kern.name != "cpu" and kern.is_device_array(index):
-        if index.dtype.kind not in "iu" or not kern.is_c_contiguous(index):
+        if index.dtype.kind not in "iu":
+            raise IndexDtypeError(f"{op}: device indices must be a C-contiguous integer "
+                                  f"array, got {index.dtype}")
+        if not kern.is_c_contiguous(index):
             raise TypeError(f"{op}: device indices must be a C-contiguous integer array, "
                             f"got {index.dtype}")
         return index, (index, op, axis, low)
     host = np.asarray(index if not isinstance(index, list) or index else np.zeros(0, np.int64))
     if host.dtype.kind not in "iu" or host.dtype == np.bool_:
-        raise TypeError(f"{op}: indices must be integers, got dtype {host.dtype}")
+        raise IndexDtypeError(f"{op}: indices must be integers, got dtype {host.dtype}")
     bad = first_out_of_range(host.reshape(-1), low, high)
     if bad >= 0:
         raise index_error(op, host, bad, low, high, axis)
