@@ -52,10 +52,12 @@ LAYER_FAMILIES: tuple[tuple[str, str], ...] = (
     ("conv", "Convolution and pooling"),
     ("norm", "Normalisation"),
     ("attention", "Attention"),
+    ("loss", "Losses"),
 )
 OPERATORS = {
     "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__pow__": "**",
     "__matmul__": "@", "__neg__": "unary -", "__getitem__": "x[key]", "__lt__": "<",
+    "__mod__": "%", "__floordiv__": "//",
     "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__eq__": "==", "__ne__": "!=",
 }
 MARKERS = ("ops", "layers", "tensor")

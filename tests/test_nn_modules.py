@@ -338,3 +338,49 @@ def test_activation_layers_match_torch(dev, make):
 def test_activation_layers_refuse_bad_arguments():
     with pytest.raises(ValueError, match="approximate"):
         ng.nn.GELU("fast")
+
+
+LOSS_CASES = [
+    ("MSELoss", {"reduction": "sum"}, "float"), ("L1Loss", {}, "float"),
+    ("SmoothL1Loss", {"beta": 0.5}, "float"), ("HuberLoss", {"delta": 0.7, "reduction": "none"},
+                                               "float"),
+    ("BCELoss", {}, "prob"), ("BCEWithLogitsLoss", {"reduction": "sum"}, "prob"),
+    ("CrossEntropyLoss", {"label_smoothing": 0.1, "ignore_index": 1}, "class"),
+    ("NLLLoss", {"reduction": "sum"}, "class"),
+]
+
+
+@pytest.mark.parametrize("name, options, kind", LOSS_CASES, ids=[c[0] for c in LOSS_CASES])
+def test_loss_modules_match_torch(name, options, kind):
+    import torch
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 3))
+    if kind == "prob":
+        x = 1 / (1 + np.exp(-x)) if name == "BCELoss" else x
+        target = rng.uniform(size=(4, 3))
+    elif kind == "class":
+        x = x - np.log(np.exp(x).sum(1, keepdims=True)) if name == "NLLLoss" else x
+        target = np.array([0, 2, 1, 2])
+    else:
+        target = rng.normal(size=(4, 3))
+    p = ng.param(x)
+    with ng.grad_tape():
+        loss = getattr(ng.nn, name)(**options)(p, target)
+        total = ng.sum(loss)
+    total.backward()
+    t = torch.tensor(x, requires_grad=True)
+    want = getattr(torch.nn, name)(**options)(t, torch.tensor(target))
+    want.sum().backward()
+    np.testing.assert_allclose(loss.numpy(), want.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(p.grad, t.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_loss_modules_check_their_options_when_built():
+    with pytest.raises(ValueError, match="MSELoss: reduction must be one of"):
+        ng.nn.MSELoss(reduction="avg")
+    with pytest.raises(ValueError, match="CrossEntropyLoss: weight= .* is not supported"):
+        ng.nn.CrossEntropyLoss(weight=np.ones(3))
+    with pytest.raises(ValueError, match="CrossEntropyLoss: label_smoothing"):
+        ng.nn.CrossEntropyLoss(label_smoothing=2.0)
+    with pytest.raises(ValueError, match="HuberLoss: delta"):
+        ng.nn.HuberLoss(delta=0)

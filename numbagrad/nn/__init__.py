@@ -9,6 +9,7 @@ The namespace holds ``Module``, the layers, the containers and ``init``
   ``SiLU``, ``Softplus``, ``ELU``, ``SELU``, ``CELU``, ``Hardtanh``, ``ReLU6``,
   ``Hardsigmoid``, ``Hardswish``, ``Mish``, ``Softsign``, ``LogSigmoid``, ``QuickGELU``;
 - ``containers.py``: ``Sequential``, ``ModuleList``, ``ModuleDict``;
+- ``loss.py``: the loss modules (``MSELoss``, ``CrossEntropyLoss``, ...);
 - ``fusion.py``: which ``Linear`` + activation pairs ``Sequential`` runs as one op;
 - ``conv.py``, ``norm.py``, ``attention.py``: the layer families;
 - ``init.py``: ``torch.nn.init``'s initialisers;
@@ -23,6 +24,8 @@ from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, Sequential
 from .conv import AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, MaxPool2d
 from .layers import Dropout, Embedding, Flatten, Identity, Linear
+from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss,
+                   NLLLoss, SmoothL1Loss)
 from .module import Module
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 
@@ -31,4 +34,6 @@ __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmo
            "ModuleDict", "init", "Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d",
            "AdaptiveAvgPool2d", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
            "MultiheadAttention", "functional", "utils", "ELU", "SELU", "CELU", "Hardtanh",
-           "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "QuickGELU"]
+           "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "QuickGELU",
+           "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
+           "CrossEntropyLoss", "NLLLoss"]
