@@ -108,3 +108,43 @@ def test_consistent_error_classes():
     for layer in (ng.nn.LayerNorm(4, rng=rng), ng.nn.GroupNorm(2, 4, rng=rng),
                   ng.nn.BatchNorm1d(4, rng=rng), ng.nn.BatchNorm2d(4, rng=rng)):
         assert isinstance(layer, ng.nn.Module)
+
+
+@pytest.mark.parametrize("mode, torch_mode", [("reflect", "reflect"), ("edge", "replicate"),
+                                              ("replicate", "replicate"), ("wrap", "circular"),
+                                              ("circular", "circular")])
+def test_pad_modes_match_torch(dev, mode, torch_mode):
+    from conftest import matches_torch as match
+    x = np.random.default_rng(4).normal(size=(2, 3, 4, 5))
+    match(lambda a: ng.pad(a, ((0, 0), (0, 0), (1, 3), (4, 2)), mode=mode),
+          lambda a: torch.nn.functional.pad(a, (4, 2, 1, 3), mode=torch_mode), [x], dev=dev,
+          name=mode)
+
+
+def test_pad_mode_limits():
+    x = ng.tensor(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="pad: mode 'reflect' pads dim 0 of size 3 by at most 2"):
+        ng.pad(x, ((3, 0), (0, 0)), mode="reflect")
+    with pytest.raises(ValueError, match="pad: mode must be one of"):
+        ng.pad(x, 1, mode="symmetric")
+
+
+def test_meshgrid_and_the_mean_pairs_match_torch():
+    a, b, c = (np.arange(n, dtype=np.float64) for n in (2, 3, 4))
+    for indexing in ("ij", "xy"):
+        got = ng.meshgrid(ng.tensor(a), ng.tensor(b), ng.tensor(c), indexing=indexing)
+        want = torch.meshgrid(torch.tensor(a), torch.tensor(b), torch.tensor(c),
+                              indexing=indexing)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+    p = ng.param(X)
+    with ng.grad_tape():
+        (v, m), (s, m2) = ng.var_mean(p, 1), ng.std_mean(p, dim=0, keepdim=True)
+        loss = ng.sum(v) + ng.sum(m) + ng.sum(s) + ng.sum(m2)
+    loss.backward()
+    t = torch.tensor(X, requires_grad=True)
+    (tv, tm), (ts, tm2) = torch.var_mean(t, 1), torch.std_mean(t, 0, keepdim=True)
+    (tv.sum() + tm.sum() + ts.sum() + tm2.sum()).backward()
+    for g, w in ((v, tv), (m, tm), (s, ts), (m2, tm2)):
+        np.testing.assert_allclose(g.numpy(), w.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(p.grad, t.grad.numpy(), rtol=1e-12)

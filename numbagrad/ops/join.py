@@ -23,7 +23,7 @@ from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import alias, axis_of, copy_strided, is_scalar, ones, operand, pair, reshaped, result
 from .indexing import getitem
-from .shape import _expand_into, _view
+from .shape import _expand_into, _view, broadcast_to
 
 
 def _tensors(tensors: Any, op: str) -> list[Tensor]:
@@ -192,14 +192,27 @@ def _pad_pairs(pad_width: Any, ndim: int) -> np.ndarray:
     return widths.astype(np.int64)
 
 
-def pad(x: Any, pad_width: Any, value: float = 0.0) -> Tensor:
-    """``np.pad(x, pad_width, constant_values=value)`` (mode "constant" only):
-    ``pad_width`` in NumPy's forms (an int, (before, after), or one pair per
-    dim). A new array, one launch; the gradient is the inner part's."""
+# pad's modes by NumPy's name, and PyTorch's names for them
+_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "replicate": "edge",
+          "wrap": "wrap", "circular": "wrap"}
+
+
+def pad(x: Any, pad_width: Any, value: float = 0.0, mode: str = "constant") -> Tensor:
+    """``np.pad(x, pad_width, mode, constant_values=value)``: ``pad_width``
+    in NumPy's forms (an int, (before, after), or one pair per dim, first
+    dim first; ``F.pad``'s flat tuple runs from the last dim). ``mode``:
+    "constant" (one launch; the gradient is the inner part's), "reflect"
+    (mirrored without the edge), "edge" (PyTorch's "replicate") or "wrap"
+    (PyTorch's "circular"), the last three made of slices, flips and joins
+    per padded dim, so their gradients add up where an element is copied."""
     x = operand(x, "pad")
     if not is_scalar(value):
         raise TypeError(f"pad: value must be a real number, got {value!r}")
+    if mode not in _MODES:
+        raise ValueError(f"pad: mode must be one of {sorted(_MODES)}, got {mode!r}")
     widths = _pad_pairs(pad_width, x.ndim)
+    if _MODES[mode] != "constant":
+        return _pad_copied(x, widths, _MODES[mode])
     kern = x._kern
     before = np.ascontiguousarray(widths[:, 0])
     shape = tuple(int(n + b + e) for n, (b, e) in zip(x.shape, widths))
@@ -208,6 +221,32 @@ def pad(x: Any, pad_width: Any, value: float = 0.0) -> Tensor:
                  float(value), 0.0, True)
     inner = tuple(slice(int(b), int(b) + n) for n, b in zip(x.shape, before))
     return result(out, kern, (x,), _pad_backward, (inner, shape))
+
+
+def _pad_copied(x: Tensor, widths: np.ndarray, mode: str) -> Tensor:
+    """``pad``'s reflect, edge and wrap modes: one join per padded dim."""
+    for a, (b, e) in enumerate(widths.tolist()):
+        if not b and not e:
+            continue
+        n = x.shape[a]
+        limit = n - 1 if mode == "reflect" else (n if mode == "wrap" else None)
+        if n == 0 or (limit is not None and max(b, e) > limit):
+            raise ValueError(f"pad: mode {mode!r} pads dim {a} of size {n} by at most "
+                             f"{limit if n else 0} on a side, got ({b}, {e})")
+        lead = (slice(None),) * a
+
+        def part(lo: int, hi: int, step: int = 1) -> Tensor:
+            return getitem(x, lead + (slice(lo, hi if hi >= 0 else None, step),))
+
+        if mode == "reflect":        # x[b], ..., x[1] | x | x[n-2], ..., x[n-1-e]
+            left, right = part(b, 0, -1), part(n - 2, n - 2 - e, -1)
+        elif mode == "wrap":         # x[n-b:] | x | x[:e]
+            left, right = part(n - b, n), part(0, e)
+        else:                        # x[0] b times | x | x[n-1] e times
+            left = broadcast_to(part(0, 1), x.shape[:a] + (b,) + x.shape[a + 1:])
+            right = broadcast_to(part(n - 1, n), x.shape[:a] + (e,) + x.shape[a + 1:])
+        x = concatenate([t for t, w in ((left, b), (x, 1), (right, e)) if w], a)
+    return x
 
 
 def _pad_backward(ctx: _Backward, node: Node, gout: Any) -> None:

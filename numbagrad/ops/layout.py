@@ -1,6 +1,6 @@
 """Ops that rearrange, repeat or mask elements: ``flip``, ``roll``, ``tril``,
 ``triu``, ``masked_fill``, ``chunk``, ``unflatten``, ``repeat``, ``tile``,
-``repeat_interleave``, ``diagonal``, ``diag``.
+``repeat_interleave``, ``diagonal``, ``diag``, ``meshgrid``.
 
 Each is built from ops that have kernels and backwards on every device
 (views and slices, ``cat``, ``pad``, ``reshape``, ``broadcast_to``,
@@ -231,3 +231,25 @@ def diag(x: Any, diagonal: int = 0) -> Tensor:
     if k == 0:
         return square
     return pad(square, ((0, k), (k, 0)) if k > 0 else ((-k, 0), (0, -k)))
+
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> list[Tensor]:
+    """Coordinate grids from 1-D tensors, as ``torch.meshgrid`` (``indexing``
+    "ij", PyTorch's default, or "xy", NumPy's, which swaps the first two
+    dims): each a broadcast view, so the gradient sums back."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = [operand(t, "meshgrid") for t in tensors]
+    if any(t.ndim != 1 for t in ts):
+        raise ValueError(f"meshgrid: takes 1-D tensors, got shapes {[t.shape for t in ts]}")
+    swap = indexing == "xy" and len(ts) >= 2
+    order = [1, 0, *range(2, len(ts))] if swap else list(range(len(ts)))
+    shape = tuple(ts[k].shape[0] for k in order)
+    out = []
+    for i, t in enumerate(ts):
+        dim = order.index(i)
+        view = reshape(t, tuple(-1 if d == dim else 1 for d in range(len(ts))))
+        out.append(broadcast_to(view, shape))
+    return out

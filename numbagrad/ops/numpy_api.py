@@ -115,10 +115,11 @@ def _where(fn, condition, x=None, y=None):
 
 
 def _pad(fn, array, pad_width, mode="constant", constant_values=0.0):
-    if mode != "constant" or np.ndim(constant_values) != 0:
-        raise TypeError(f"numpy.pad on a numbagrad Tensor: only mode='constant' with one "
-                        f"constant value (got mode={mode!r}); use ng.pad(x, pad_width, value)")
-    return fn(array, pad_width, value=float(constant_values))
+    if mode not in ("constant", "reflect", "edge", "wrap") or np.ndim(constant_values) != 0:
+        raise TypeError(f"numpy.pad on a numbagrad Tensor: only the modes 'constant' (with one "
+                        f"constant value), 'reflect', 'edge' and 'wrap' (got mode={mode!r}); "
+                        f"use ng.pad(x, pad_width, value, mode)")
+    return fn(array, pad_width, value=float(constant_values), mode=mode)
 
 
 def _isclose(fn, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):

@@ -13,6 +13,7 @@ from ..tensor import Tensor
 from ._common import (alias, axis_of, contiguous, describe, is_scalar, mean_scale, ones, operand,
                       reshaped, result)
 from ._lanes import grad_of, gradient_into, lanes
+from .reductions import mean as _mean
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
@@ -123,3 +124,17 @@ def _cumsum_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     g = ones(kern, shape3, x._data.dtype) if gout is None else reshaped(gout, shape3)
     dest, beta = ctx.dest(x)
     kernels.call(kern, "cumsum", dest.size, g, reshaped(dest, shape3), True, beta)
+
+
+def var_mean(x: Any, axis: Any = None, correction: float = 1, keepdims: bool = False, *,
+             dim: Any = None, keepdim: bool | None = None) -> tuple[Tensor, Tensor]:
+    """(var, mean) over ``axis``, as ``torch.var_mean`` (two reductions)."""
+    v = var(x, axis, correction, keepdims, dim=dim, keepdim=keepdim)
+    return v, _mean(x, axis, keepdims, dim=dim, keepdim=keepdim)
+
+
+def std_mean(x: Any, axis: Any = None, correction: float = 1, keepdims: bool = False, *,
+             dim: Any = None, keepdim: bool | None = None) -> tuple[Tensor, Tensor]:
+    """(std, mean) over ``axis``, as ``torch.std_mean``."""
+    s = std(x, axis, correction, keepdims, dim=dim, keepdim=keepdim)
+    return s, _mean(x, axis, keepdims, dim=dim, keepdim=keepdim)

@@ -196,6 +196,7 @@ OPS: tuple[Op, ...] = (
        torch="torch.diagonal(a, 1, 0, 2)", sample=((3, 4, 5),), args=(1, 0, 2)),
     Op("diag", layout.diag, method=True, numpy=("diag",), torch="torch.diag(a, -1)",
        sample=((4,),), args=(-1,)),
+    Op("meshgrid", layout.meshgrid),     # a list: tests/test_layout.py
     # --- selection, comparison and casting ops
     Op("lt", masks.lt, operators=("__lt__",), numpy=("less",)),
     Op("le", masks.le, operators=("__le__",), numpy=("less_equal",)),
@@ -236,6 +237,8 @@ OPS: tuple[Op, ...] = (
     Op("std", statistics.std, method=True, torch="torch.std(a, None, correction=0)",
        args=(None, 0)),
     Op("cumsum", statistics.cumsum, method=True, torch="torch.cumsum(a, 1)", args=(1,)),
+    Op("var_mean", statistics.var_mean),      # pairs: tests/test_layout.py
+    Op("std_mean", statistics.std_mean),
 
     # --- losses
     Op("nll_loss", losses.nll_loss),   # integer labels: tests/test_losses17.py
