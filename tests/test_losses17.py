@@ -200,3 +200,25 @@ def test_an_unknown_loss_code_is_an_error():
     with pytest.raises(ValueError, match=f"loss_terms: unknown op code {codes.N_LOSS}"):
         ng.kernels.call(kern, "loss_terms", 0, codes.N_LOSS, x, x, out, False, 1.0, 0.0)
     assert not dev.host(out).any()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_issue30_nll_loss_with_positions_and_probability_targets(dev, reduction):
+    """nll_loss on (N, C, d1, d2) and cross_entropy with class probabilities
+    (smoothed too), values and gradients (the target's included) as torch."""
+    import torch
+    from conftest import matches_torch as match
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 4, 2))
+    labels = rng.integers(0, 3, size=(2, 4, 2))
+    labels[0, 1, 1] = -100
+    match(lambda a: ng.nll_loss(ng.log_softmax(a, 1), labels, reduction),
+          lambda a: torch.nn.functional.nll_loss(torch.log_softmax(a, 1), torch.tensor(labels),
+                                                 reduction=reduction), [x], dev=dev,
+          name="nll positions")
+    probs = rng.uniform(size=x.shape)
+    for smoothing in (0.0, 0.2):
+        match(lambda a, t: ng.cross_entropy(a, t, reduction, label_smoothing=smoothing),
+              lambda a, t: torch.nn.functional.cross_entropy(a, t, reduction=reduction,
+                                                             label_smoothing=smoothing),
+              [x, probs], dev=dev, name=f"soft targets {smoothing}")

@@ -164,8 +164,11 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
     d1 * ..., and writes the gradient in their layout: one launch either way.
 
     The target gets no gradient (class indices are integers, as in
-    PyTorch); probability ("soft") targets are not offered: a float target
-    raises TypeError.
+    PyTorch). A float ``target`` of the logits' shape holds class
+    probabilities instead, PyTorch's other form: -sum over classes of
+    target * log_softmax(logits), smoothed as target (1 - e) + e / C, the
+    mean over every (sample, position); ``ignore_index`` does not apply, and
+    a target that requires a gradient gets -log_softmax's (composed ops).
     """
     op = "cross_entropy"
     if reduction != "mean":
@@ -176,6 +179,8 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
         raise ValueError(f"{op}: label_smoothing must be a number in [0, 1], got "
                          f"{label_smoothing!r}")
     x = operand(logits, op, "logits")
+    if _probabilities(target):
+        return _cross_entropy_soft(x, target, reduction, float(label_smoothing))
     kern, shape, dtype = x._kern, x._data.shape, x._data.dtype
     if reduction == "none" or label_smoothing != 0.0 \
             or (len(shape) >= 2 and 0 <= ignore_index < shape[1]):   # a class is ignored
@@ -184,6 +189,41 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
         return _cross_entropy_fused(x, kern, shape, dtype, target, reduction, ignore_index)
     except _Ignored:
         return _cross_entropy_composed(x, target, reduction, ignore_index, 0.0)
+
+
+def _probabilities(target: Any) -> bool:
+    """Whether ``target`` is cross_entropy's float form (class probabilities)."""
+    dtype = getattr(target, "dtype", None)
+    return dtype is not None and np.dtype(dtype).kind == "f"
+
+
+def _cross_entropy_soft(x: Tensor, target: Any, reduction: str, smoothing: float) -> Tensor:
+    from . import reductions
+    op = "cross_entropy"
+    if x.ndim < 2:
+        raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
+    t = pair(x, target, op, ("logits", "target"))[1]
+    if t.shape != x.shape:
+        raise ValueError(f"{op}: a probability target must have the logits' shape {x.shape}, "
+                         f"got {t.shape}")
+    if smoothing:
+        t = t * (1.0 - smoothing) + smoothing / x.shape[1]
+    per = -reductions.sum(t * reductions.log_softmax(x, 1), axis=1)
+    if reduction == "none":
+        return per
+    return reductions.sum(per) if reduction == "sum" else reductions.mean(per)
+
+
+def _nll_loss_positions(x: Tensor, target: Any, reduction: str, ignore_index: int) -> Tensor:
+    from . import shape as shape_ops
+    want = (x.shape[0],) + x.shape[2:]
+    if isinstance(target, np.ndarray) and target.shape != want:
+        raise ValueError(f"nll_loss: target has shape {target.shape} but log_probs of shape "
+                         f"{x.shape} need {want}")
+    rows = shape_ops.reshape(shape_ops.permute(x, 0, *range(2, x.ndim), 1), (-1, x.shape[1]))
+    flat = target.reshape(-1) if isinstance(target, np.ndarray) else target
+    loss = nll_loss(rows, flat, reduction, ignore_index)
+    return shape_ops.reshape(loss, want) if reduction == "none" else loss
 
 
 class _Ignored(Exception):
@@ -409,7 +449,9 @@ def binary_cross_entropy(input: Any, target: Any, reduction: str = "mean") -> Te
 def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
              ignore_index: int = -100) -> Tensor:
     """PyTorch's ``F.nll_loss`` for log-probabilities (N, C) and integer class
-    indices ``target`` (N,) (a NumPy integer array, uploaded on "cuda"):
+    indices ``target`` (N,) (a NumPy integer array, uploaded on "cuda"), or
+    (N, C, d1, ...) and (N, d1, ...) (the classes moved last, one (N * d1 *
+    ..., C) call; "none" gives the (N, d1, ...) losses):
     -log_probs[i, target[i]], 0 where target[i] == ignore_index; "mean"
     divides by the count of targets not ignored (nan when all are), as
     PyTorch, "none" gives the (N,) losses. The target (integers) gets no
@@ -417,8 +459,10 @@ def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
     op = "nll_loss"
     reduce = check_reduction(op, reduction)
     x = operand(log_probs, op, "log_probs")
+    if x.ndim > 2:
+        return _nll_loss_positions(x, target, reduction, ignore_index)
     if x.ndim != 2:
-        raise ValueError(f"{op}: log_probs must be (N, C), got {describe(x)}")
+        raise ValueError(f"{op}: log_probs must be (N, C) or (N, C, d1, ...), got {describe(x)}")
     if isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index,
                                                                      (int, np.integer)):
         raise TypeError(f"{op}: ignore_index must be an int, got {ignore_index!r}")
