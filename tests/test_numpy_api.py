@@ -50,6 +50,8 @@ LISTED = [
     ("tile", [(2, 3)], lambda a: np.tile(a, (2, 1)), lambda a: torch.tile(a, (2, 1))),
     ("diagonal", [(3, 4)], lambda a: np.diagonal(a, 1), lambda a: torch.diagonal(a, 1)),
     ("diag", [(3,)], lambda a: np.diag(a, -1), lambda a: torch.diag(a, -1)),
+    ("einsum", [(2, 3), (3, 4)], lambda a, b: np.einsum("ij,jk->ki", a, b),
+     lambda a, b: torch.einsum("ij,jk->ki", a, b)),
 ]
 # NumPy functions that run an op whose result carries no gradient
 NO_GRADIENT = [

@@ -122,6 +122,13 @@ def _pad(fn, array, pad_width, mode="constant", constant_values=0.0):
     return fn(array, pad_width, value=float(constant_values), mode=mode)
 
 
+def _einsum(fn, subscripts, *operands, out=None, optimize=False):
+    if out is not None:
+        raise TypeError("numpy.einsum on a numbagrad Tensor: out= is not supported (ops return "
+                        "new tensors)")
+    return fn(subscripts, *operands)
+
+
 def _isclose(fn, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return fn(a, b, rtol, atol, equal_nan)
 
@@ -183,6 +190,7 @@ ADAPTERS: dict[str, tuple[str, Callable]] = {
     "mean": ("ng.mean", _reduction), "matmul": ("ng.matmul", _matmul),
     "where": ("ng.where", _where), "pad": ("ng.pad", _pad),
     "isclose": ("ng.isclose", _isclose), "flip": ("ng.flip", _flip),
+    "einsum": ("ng.einsum", _einsum),
     "tril": ("ng.tril", _band), "triu": ("ng.triu", _band), "roll": ("ng.roll", _roll),
     "repeat": ("ng.repeat_interleave", _repeat), "tile": ("ng.tile", _tile),
     "diagonal": ("ng.diagonal", _diagonal), "diag": ("ng.diag", _diag),
@@ -195,7 +203,7 @@ _NONE = "numbagrad has no {} (no ng alternative); t.numpy() gives the data"
 HINTS = {
     "dot": "use ng.matmul or @", "inner": "use ng.sum(a * b, axis=-1)",
     "outer": "use a[:, None] * b", "tensordot": "use ng.matmul after a reshape",
-    "einsum": "use ng.matmul with reshape and sum", "ravel": "use ng.reshape(x, -1)",
+"ravel": "use ng.reshape(x, -1)",
     "moveaxis": "use ng.permute", "swapaxes": "use ng.transpose",
     "clip": "use ng.clip(x, lo, hi)",
     "max": "use ng.amax(x, axis)", "amax": "use ng.amax(x, axis)",

@@ -27,6 +27,7 @@ from . import attention, norm   # normalisation and attention
 from . import creation   # zeros, arange, rand, ...
 from . import layout   # flip, roll, tril, repeat, ... (made of the ops above)
 from . import arith   # binary math: atan2, fmod, %, //, logaddexp, isclose, ...
+from . import einsum   # lowered to diagonal, sum and batched matmul
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ OPS: tuple[Op, ...] = (
     Op("matmul", matmul.matmul, operators=("__matmul__", "__rmatmul__"), numpy=("matmul",),
        torch="torch.matmul(a, b)", sample=((3, 4), (4, 2))),
     Op("linear", matmul.linear, torch="F.linear(a, b)", sample=((3, 4), (2, 4))),
+    Op("einsum", einsum.einsum, numpy=("einsum",)),   # an equation first: tests/test_einsum.py
     Op("mse_loss", losses.mse_loss, torch="F.mse_loss(a, b)", sample=((3, 4), (3, 4)),
        targets=1),
     Op("cross_entropy", losses.cross_entropy),   # integer labels: tests/test_ops.py
