@@ -139,3 +139,21 @@ def test_shared_binary_loop_on_every_cpu_path():
     with pytest.raises(ValueError, match="unknown op code"):
         elementwise.binary_backward(codes.N_BINARY + 2, a, b, serial, da, 0.0, True, db, 0.0,
                                     True)
+
+
+def test_any_and_all_match_torch(dev):
+    x = np.array([[0.0, 1.0, np.nan], [0.0, 0.0, 0.0], [2.0, -1.0, 3.0]])
+    t = torch.tensor(x)
+    host = ng.kernels.get(dev.name).to_host
+    for kwargs, tk in (({}, {}), ({"axis": 1}, {"dim": 1}), ({"axis": 0, "keepdims": True},
+                                                              {"dim": 0, "keepdim": True})):
+        for name in ("any", "all"):
+            got = getattr(ng, name)(dev.tensor(x), **kwargs)
+            want = getattr(torch, name)(t, **tk).numpy()
+            assert got.dtype == np.bool_ and got.shape == want.shape
+            np.testing.assert_array_equal(host(got._data), want, err_msg=f"{name} {kwargs}")
+    mask = dev.tensor(x) > 0
+    assert not mask.all().item() and mask.any().item()
+    empty = dev.tensor(np.zeros((0, 3)))
+    assert ng.all(empty).item() and not ng.any(empty).item()
+    np.testing.assert_array_equal(host(ng.any(empty, 0)._data), [False] * 3)

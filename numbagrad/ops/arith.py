@@ -1,7 +1,7 @@
 """Binary math (issue 30): ``atan2``, ``copysign``, ``fmod``, ``remainder``
 (``%``), ``floor_divide`` (``//``), ``logaddexp``, a tensor exponent in
 ``pow``, ``div(rounding_mode=)``, ``lerp``, and the tests ``isnan``,
-``isinf``, ``isfinite``, ``isclose``.
+``isinf``, ``isfinite``, ``isclose``, ``any``, ``all``.
 
 The binary ones are one ``binary`` kernel forward and one backward each,
 from their records in ``kernels/codes.py`` (with NumPy broadcasting; a
@@ -11,14 +11,18 @@ ops. The tests return boolean tensors, as the comparisons do.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import numpy as np
 
 from ..kernels import codes
 from ..tensor import Tensor
 from . import elementwise as ew
-from ._common import is_scalar, operand, pair
+from ._common import axis_of, is_scalar, operand, pair
 from .activations import abs as _abs
-from .masks import eq, le, ne, where
+from .masks import astype, eq, gt, le, ne, where
+from .reductions import sum as _sum
 
 
 def _binary(code: int, name: str, a: Any, b: Any) -> Tensor:
@@ -105,3 +109,28 @@ def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
         gap = where(isnan(a), where(isnan(b), 0.0, gap), gap)
         size = where(isnan(b), 0.0, size)
     return le(gap, atol + rtol * size)
+
+
+def _truth_count(x: Any, axis: Any, keepdims: bool, op: str) -> tuple[Tensor, int]:
+    """How many elements are true (non-zero; nan counts) over ``axis``, as
+    float64 (exact to 2**53), and how many elements each count covers."""
+    x = x if isinstance(x, Tensor) else operand(x, op)   # (operand refuses a boolean one)
+    mask = x if x.dtype == np.bool_ else ne(x, 0.0)
+    axes = range(x.ndim) if axis is None else \
+        [axis_of(a, x.ndim, op) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    count = math.prod(x.shape[a] for a in set(axes))
+    return _sum(astype(mask, np.float64), axis, keepdims), count
+
+
+def any(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether any element over ``axis`` is true (non-zero, nan included): a
+    boolean tensor, as ``torch.any``/``np.any``; False over nothing."""
+    total, _ = _truth_count(x, axis, keepdims, "any")
+    return gt(total, 0.0)
+
+
+def all(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether every element over ``axis`` is true, as ``torch.all``/``np.all``;
+    True over nothing."""
+    total, count = _truth_count(x, axis, keepdims, "all")
+    return eq(total, float(count))

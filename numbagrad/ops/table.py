@@ -174,6 +174,8 @@ OPS: tuple[Op, ...] = (
     Op("isinf", arith.isinf, method=True, numpy=("isinf",)),
     Op("isfinite", arith.isfinite, method=True, numpy=("isfinite",)),
     Op("isclose", arith.isclose, method=True, numpy=("isclose",)),
+    Op("any", arith.any, method=True),
+    Op("all", arith.all, method=True),
     # --- rearranging, repeating and masking (ops/layout.py; chunk: tests/test_layout.py)
     Op("flip", layout.flip, method=True, numpy=("flip",), torch="torch.flip(a, (0, 2))",
        sample=((2, 3, 4),), args=((0, 2),)),
