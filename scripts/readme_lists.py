@@ -37,7 +37,7 @@ OP_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Creation", ("creation",)),
     ("Elementwise", ("elementwise", "activations", "table", "arith")),
     ("Matrix products", ("matmul",)),
-    ("Reductions", ("reductions", "extrema", "statistics")),
+    ("Reductions", ("reductions", "extrema", "statistics", "sorting")),
     ("Shapes, joins and indexing", ("shape", "join", "indexing", "layout")),
     ("Comparisons, selection and casts", ("masks",)),
     ("Losses", ("losses",)),

@@ -21,7 +21,7 @@ from ..tensor import Tensor
 from . import elementwise as ew
 from ._common import axis_of, is_scalar, operand, pair
 from .activations import abs as _abs
-from .masks import astype, eq, gt, le, ne, where
+from .masks import astype, eq, gt, le, lt, ne, where
 from .reductions import sum as _sum
 
 
@@ -89,7 +89,7 @@ def isinf(x: Any) -> Tensor:
 def isfinite(x: Any) -> Tensor:
     """Whether each element is neither inf nor nan (``torch.isfinite``)."""
     x = operand(x, "isfinite")
-    return eq(x - x, 0.0)
+    return lt(_abs(x), math.inf)
 
 
 def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
@@ -100,14 +100,14 @@ def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
     if not (is_scalar(rtol) and is_scalar(atol)) or rtol < 0 or atol < 0:
         raise ValueError(f"isclose: rtol and atol must be numbers >= 0, got {rtol!r}, {atol!r}")
     a, b = pair(a, b, "isclose")
-    # equal values (inf == inf too) are close; else an inf or nan on either
-    # side makes the gap nan, which no tolerance admits
+    # equal values (inf == inf too) are close; elsewhere an inf or nan makes
+    # the gap inf or nan against a finite tolerance (no inf - inf is formed)
     same = eq(a, b)
-    gap = where(same, 0.0, _abs(a - b) + (a - a) + (b - b))
-    size = where(same, 0.0, _abs(b))     # (rtol * inf is nan at rtol 0)
+    a0, b0 = where(same, 0.0, a), where(same, 0.0, b)
+    gap = _abs(a0 - b0)
+    size = where(lt(_abs(b0), math.inf), _abs(b0), 0.0)
     if equal_nan:
         gap = where(isnan(a), where(isnan(b), 0.0, gap), gap)
-        size = where(isnan(b), 0.0, size)
     return le(gap, atol + rtol * size)
 
 

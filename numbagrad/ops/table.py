@@ -28,6 +28,7 @@ from . import creation   # zeros, arange, rand, ...
 from . import layout   # flip, roll, tril, repeat, ... (made of the ops above)
 from . import arith   # binary math: atan2, fmod, %, //, logaddexp, isclose, ...
 from . import einsum   # lowered to diagonal, sum and batched matmul
+from . import sorting   # sort, argsort, topk
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,10 @@ OPS: tuple[Op, ...] = (
     Op("std", statistics.std, method=True, torch="torch.std(a, None, correction=0)",
        args=(None, 0)),
     Op("cumsum", statistics.cumsum, method=True, torch="torch.cumsum(a, 1)", args=(1,)),
+    # (values and indices: tests/test_sorting.py)
+    Op("sort", sorting.sort, method=True),
+    Op("argsort", sorting.argsort, method=True),
+    Op("topk", sorting.topk, method=True),
     Op("var_mean", statistics.var_mean),      # pairs: tests/test_layout.py
     Op("std_mean", statistics.std_mean),
 
