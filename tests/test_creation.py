@@ -143,3 +143,36 @@ def test_a_compiled_step_draws_fresh_numbers_each_call():
     ng.manual_seed(3)
     again = [compiled().item() for _ in range(3)]
     assert first == again and len(set(first)) == 3
+
+
+def test_randint_multinomial_and_one_hot(dev):
+    d = dev.name
+    host = ng.kernels.get(d).to_host if d != "cpu" else np.asarray
+    ng.manual_seed(1)
+    r = host(ng.randint(-3, 4, (2000,), device=d))
+    assert r.dtype == np.int64 and r.min() == -3 and r.max() == 3
+    assert abs(np.mean(r == 0) - 1 / 7) < 0.03
+    probs = np.array([[0.1, 0.0, 0.6, 0.3], [1.0, 1.0, 0.0, 2.0]])
+    picks = host(ng.multinomial(dev.tensor(probs), 3))
+    assert picks.shape == (2, 3)
+    for row, p in zip(picks, probs):
+        assert len(set(row)) == 3 and all(p[row] > 0)          # no class twice, none of p 0
+    many = host(ng.multinomial(dev.tensor(probs), 4000, replacement=True))
+    for row, p in zip(many, probs):
+        freq = np.bincount(row, minlength=4) / row.size
+        np.testing.assert_allclose(freq, p / p.sum(), atol=0.03)
+    oh = ng.one_hot(np.array([[0, 2], [1, 0]]), 3, device=d)
+    want = torch.nn.functional.one_hot(torch.tensor([[0, 2], [1, 0]]), 3).numpy()
+    np.testing.assert_array_equal(host(oh._data), want)
+    assert ng.one_hot(np.array([4])).shape == (1, 5)
+
+
+def test_sampling_errors():
+    with pytest.raises(ValueError, match="randint: high"):
+        ng.randint(3, 3, (2,))
+    with pytest.raises(ValueError, match="multinomial: 5 samples without replacement"):
+        ng.multinomial(ng.tensor(np.ones(4)), 5)
+    with pytest.raises(ValueError, match="multinomial: probs must be finite"):
+        ng.multinomial(ng.tensor(np.array([0.5, -0.1])), 1)
+    with pytest.raises(ValueError, match=r"one_hot: indices must lie in \[0, 2\)"):
+        ng.one_hot(np.array([2]), 2)

@@ -235,6 +235,80 @@ def randn_like(t: Any, *, dtype: Any = None, device: str | None = None,
     return _random_fill(shape, NORMAL, 0.0, 1.0, dt, dev, requires_grad)
 
 
+def randint(low: int, high: int | None = None, size: Any = (), *, device: str = "cpu") -> Any:
+    """Integers drawn uniformly from [low, high) (``randint(high, size)``
+    counts from 0), as ``torch.randint``: an int64 index array, as
+    ``argmax``'s (a NumPy array on "cpu", a device array on "cuda"; tensors
+    hold floats). Drawn from numbagrad's generator (``rand``'s stream,
+    scaled and floored in float64: exact below 2**53)."""
+    if high is None:
+        low, high = 0, low
+    try:
+        lo, hi = operator.index(low), operator.index(high)
+    except TypeError:
+        raise TypeError(f"randint: low and high must be integers, got {low!r}, {high!r}") \
+            from None
+    if hi <= lo:
+        raise ValueError(f"randint: high ({hi}) must be above low ({lo})")
+    shape = _size((size,), "randint")
+    kern = kernels.get(device)
+    u = _random_fill(shape, UNIFORM, float(lo), float(hi), np.dtype(np.float64), device, False)
+    values = np.floor(kernels.to_host(kern, u._data) if kern.name != "cpu" else u._data)
+    out = np.minimum(values, hi - 1).astype(np.int64)     # (rounding never reaches hi)
+    return out if kern.name == "cpu" else kernels.from_host(kern, out)
+
+
+def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Any:
+    """Class indices drawn from the rows of ``probs`` (weights >= 0, each row
+    not all zero), as ``torch.multinomial``: an int64 index array of shape
+    (..., num_samples), as ``argmax``'s. Without replacement it is the
+    Gumbel top-k of log(probs) (no class twice); with replacement the
+    inverse of each row's running sum at uniform draws. Both draw from
+    numbagrad's generator; the numbers differ from PyTorch's streams."""
+    from . import elementwise as ew, masks, reductions, shape, sorting, statistics
+    x = operand(probs, "multinomial")
+    if x.ndim not in (1, 2):
+        raise ValueError(f"multinomial: probs must be 1-D or 2-D, got shape {x.shape}")
+    k = _size((num_samples,), "multinomial")[0]
+    classes = x.shape[-1]
+    host = kernels.to_host(x._kern, x._data) if x.device != "cpu" else x._data
+    if not (np.isfinite(host).all() and (host >= 0).all() and (host.sum(-1) > 0).all()):
+        raise ValueError("multinomial: probs must be finite, >= 0 and not all 0 in a row")
+    if not replacement:
+        if k > classes or k > (host > 0).sum(-1).min():
+            raise ValueError(f"multinomial: {k} samples without replacement from "
+                             f"{classes} classes, {(host > 0).sum(-1).min()} of them non-zero "
+                             f"in some row")
+        u = rand_like(x)
+        gumbel = ew.neg(ew.log(ew.neg(ew.log(ew.add(u, 1e-300)))))   # -log(-log u)
+        return sorting.topk(ew.add(ew.log(x), gumbel), k, -1).indices
+    cdf = statistics.cumsum(x, -1)
+    total = reductions.sum(x, -1, True)
+    u = ew.mul(rand(*(x.shape[:-1] + (k,)), dtype=x.dtype, device=x.device), total)
+    below = masks.astype(masks.lt(shape.unsqueeze(cdf, -2), shape.unsqueeze(u, -1)),
+                         np.float64)                # (..., k, C): cdf < u
+    counts = reductions.sum(below, -1)
+    found = kernels.to_host(x._kern, counts._data) if x.device != "cpu" else counts._data
+    out = np.minimum(found, classes - 1).astype(np.int64)
+    return out if x.device == "cpu" else kernels.from_host(x._kern, out)
+
+
+def one_hot(indices: Any, num_classes: int = -1, *, dtype: Any = None,
+            device: str = "cpu") -> Tensor:
+    """``F.one_hot``: a (..., num_classes) tensor of 0 and 1 (a float tensor
+    of ``dtype``, where PyTorch's is int64; tensors hold floats) from integer
+    class indices (a NumPy integer array); ``num_classes=-1`` is max + 1."""
+    host = np.asarray(indices)
+    if host.dtype.kind not in "iu":
+        raise TypeError(f"one_hot: indices must be integers, got dtype {host.dtype}")
+    n = int(host.max()) + 1 if num_classes == -1 and host.size else operator.index(num_classes)
+    if host.size and (host.min() < 0 or host.max() >= n):
+        raise ValueError(f"one_hot: indices must lie in [0, {n}), got [{host.min()}, "
+                         f"{host.max()}]")
+    dt = float_dtype(dtype, "one_hot")
+    return _from_host(np.arange(max(n, 0)) == host[..., None], dt, device, False)
+
+
 __all__ = ["zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
            "empty_like", "arange", "linspace", "eye", "rand", "randn", "normal", "rand_like",
-           "randn_like"]
+           "randn_like", "randint", "multinomial", "one_hot"]

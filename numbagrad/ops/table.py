@@ -304,6 +304,9 @@ OPS: tuple[Op, ...] = (
     Op("normal", creation.normal),
     Op("rand_like", creation.rand_like),
     Op("randn_like", creation.randn_like),
+    Op("randint", creation.randint),
+    Op("multinomial", creation.multinomial),
+    Op("one_hot", creation.one_hot),
 
     # --- elementwise codes made from their records (kernels/codes.py)
     Op("erf", unary_op("erf", "The error function elementwise (PyTorch's torch.erf; its "
