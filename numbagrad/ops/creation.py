@@ -1,6 +1,7 @@
 """Tensor creation, PyTorch's factories: ``zeros``, ``ones``, ``full``, ``empty``,
-their ``*_like`` forms, ``arange``, ``linspace``, ``eye`` and the random
-``rand``, ``randn``, ``normal`` (and ``rand_like``, ``randn_like``).
+their ``*_like`` forms, ``arange``, ``linspace``, ``eye``, ``one_hot`` and the
+random ``rand``, ``randn``, ``normal`` (and ``rand_like``, ``randn_like``),
+with ``randint`` and ``multinomial``, which give int64 index arrays.
 
 Each takes ``dtype=`` (default: ``ng.get_default_dtype()``), ``device=`` and
 ``requires_grad=`` (True gives a trainable leaf, as ``ng.param``). Sizes are
