@@ -59,20 +59,21 @@ def _number(value: Any, op: str, what: str) -> float:
     return float(value)
 
 
-def _tensor(array: Any, kern: Any, requires_grad: bool) -> Tensor:
+def _checked(requires_grad: Any) -> bool:
     if not isinstance(requires_grad, (bool, np.bool_)):
         raise TypeError(f"requires_grad must be a bool, got {requires_grad!r}")
-    return Tensor(array, kern, requires_grad=bool(requires_grad))
+    return bool(requires_grad)
 
 
 def _filled(shape: tuple, value: float | None, dtype: np.dtype, device: str,
             requires_grad: bool) -> Tensor:
+    requires_grad = _checked(requires_grad)      # before anything is allocated or drawn
     kern = kernels.get(device)
     array = buffers.take(kern, shape, dtype) if not requires_grad else \
         kernels.empty(kern, shape, dtype)
     if value is not None and array.size:
         kernels.call(kern, "fill", 0, _flat(array), value)
-    return _tensor(array, kern, requires_grad)
+    return Tensor(array, kern, requires_grad=requires_grad)
 
 
 def _flat(array: Any) -> Any:
@@ -80,9 +81,10 @@ def _flat(array: Any) -> Any:
 
 
 def _from_host(array: np.ndarray, dtype: np.dtype, device: str, requires_grad: bool) -> Tensor:
+    requires_grad = _checked(requires_grad)
     kern = kernels.get(device)
-    return _tensor(kernels.from_host(kern, np.ascontiguousarray(array, dtype)), kern,
-                   requires_grad)
+    return Tensor(kernels.from_host(kern, np.ascontiguousarray(array, dtype)), kern,
+                  requires_grad=requires_grad)
 
 
 def zeros(*size: Any, dtype: Any = None, device: str = "cpu",
