@@ -179,7 +179,7 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
         raise ValueError(f"{op}: label_smoothing must be a number in [0, 1], got "
                          f"{label_smoothing!r}")
     x = operand(logits, op, "logits")
-    if _probabilities(target):
+    if _probabilities(target, x.shape):
         return _cross_entropy_soft(x, target, reduction, float(label_smoothing))
     kern, shape, dtype = x._kern, x._data.shape, x._data.dtype
     if reduction == "none" or label_smoothing != 0.0 \
@@ -191,10 +191,13 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
         return _cross_entropy_composed(x, target, reduction, ignore_index, 0.0)
 
 
-def _probabilities(target: Any) -> bool:
-    """Whether ``target`` is cross_entropy's float form (class probabilities)."""
+def _probabilities(target: Any, shape: tuple) -> bool:
+    """Whether ``target`` is cross_entropy's float form: class probabilities,
+    of the logits' ``shape`` (any other float target is refused as class
+    indices of the wrong dtype)."""
     dtype = getattr(target, "dtype", None)
-    return dtype is not None and np.dtype(dtype).kind == "f"
+    return dtype is not None and np.dtype(dtype).kind == "f" \
+        and tuple(getattr(target, "shape", ())) == tuple(shape)
 
 
 def _cross_entropy_soft(x: Tensor, target: Any, reduction: str, smoothing: float) -> Tensor:
@@ -282,7 +285,10 @@ def _labels(kern: Any, target: Any, shape: tuple, classes: int, ignore: int | No
         return target, (target,)
     host = np.asarray(target)
     if host.dtype.kind not in "iu":
-        raise TypeError(f"{op}: target must be integer class indices, got dtype {host.dtype}")
+        soft = " (a float target holds class probabilities, in the logits' shape)" \
+            if host.dtype.kind == "f" else ""
+        raise TypeError(f"{op}: target must be integer class indices, got dtype {host.dtype} "
+                        f"of shape {host.shape}{soft}")
     if host.shape != shape:
         raise ValueError(f"{op}: target has shape {host.shape} but logits of shape "
                          f"{(shape[0], classes, *shape[1:])} need {shape}")
