@@ -88,6 +88,13 @@ def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second opera
     return a, b
 
 
+def real_number(value: Any, op: str, what: str) -> float:
+    """``value`` as a float, or a TypeError naming ``op`` and the argument."""
+    if not is_scalar(value):
+        raise TypeError(f"{op}: {what} must be a real number, got {value!r}")
+    return float(value)
+
+
 def _number_like(value: Any, like: Tensor) -> Tensor:
     """A number as a 0-d tensor of ``like``'s dtype on its device."""
     dtype = like._data.dtype if like._data.dtype in (_F32, _F64) else np.float64

@@ -12,13 +12,7 @@ from ..kernels import codes
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from . import elementwise as ew
-from ._common import contiguous, is_scalar, ones, operand, pair, reshaped, result, scalar_of
-
-
-def _number(value: Any, op: str, what: str) -> float:
-    if not is_scalar(value):
-        raise TypeError(f"{op}: {what} must be a real number, got {value!r}")
-    return float(value)
+from ._common import contiguous, ones, operand, pair, real_number, reshaped, result, scalar_of
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
@@ -41,8 +35,8 @@ def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     (any threshold) and threshold = 20 (any beta) are one unary pass; other
     pairs run where(beta x > threshold, x, softplus(beta x) / beta), a few
     passes each way (x itself, as PyTorch, also where beta x overflows)."""
-    beta = _number(beta, "softplus", "beta")
-    threshold = _number(threshold, "softplus", "threshold")
+    beta = real_number(beta, "softplus", "beta")
+    threshold = real_number(threshold, "softplus", "threshold")
     if beta == 1.0:
         return ew._unary(codes.SOFTPLUS, x, threshold, "softplus")
     if threshold == 20.0:
@@ -67,8 +61,8 @@ def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     passes where min <= x <= max."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
-    lo = None if min is None else _number(min, "clamp", "min")
-    hi = None if max is None else _number(max, "clamp", "max")
+    lo = None if min is None else real_number(min, "clamp", "min")
+    hi = None if max is None else real_number(max, "clamp", "max")
     if hi is None:
         return ew._unary(codes.CLAMP_MIN, x, lo, "clamp")
     if lo is None:
@@ -117,7 +111,7 @@ def minimum(a: Any, b: Any) -> Tensor:
 def elu(x: Any, alpha: float = 1.0) -> Tensor:
     """x where x > 0, else alpha (exp(x) - 1): PyTorch's ``F.elu`` (gradient
     alpha exp(x) for x <= 0)."""
-    return ew._unary(codes.ELU, x, _number(alpha, "elu", "alpha"), "elu")
+    return ew._unary(codes.ELU, x, real_number(alpha, "elu", "alpha"), "elu")
 
 
 def selu(x: Any) -> Tensor:
@@ -130,7 +124,7 @@ def celu(x: Any, alpha: float = 1.0) -> Tensor:
     The gradient is exactly exp(x / alpha) for x <= 0; PyTorch's backward
     uses 1 / float32(alpha), which differs by ~3e-8 relative where alpha is
     not a float32 (1.3)."""
-    alpha = _number(alpha, "celu", "alpha")
+    alpha = real_number(alpha, "celu", "alpha")
     if alpha == 0:
         raise ValueError("celu: alpha must not be 0 (it divides x)")
     return ew._unary(codes.CELU, x, alpha, "celu")
@@ -140,8 +134,8 @@ def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
     """x clamped to [min_val, max_val], PyTorch's ``F.hardtanh``: unlike
     ``clamp``'s, the gradient is 0 at the bounds themselves (it passes
     where min_val < x < max_val)."""
-    lo = _number(min_val, "hardtanh", "min_val")
-    hi = _number(max_val, "hardtanh", "max_val")
+    lo = real_number(min_val, "hardtanh", "min_val")
+    hi = real_number(max_val, "hardtanh", "max_val")
     if lo > hi:
         raise ValueError(f"hardtanh: min_val ({lo}) must not be above max_val ({hi})")
     low = ew._unary(codes.HARDTANH_MIN, x, lo, "hardtanh")

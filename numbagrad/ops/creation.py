@@ -32,7 +32,7 @@ from .._defaults import float_dtype
 from .. import random as _random
 from ..kernels.cpu.random import NORMAL, UNIFORM, UNIFORM24
 from ..tensor import Tensor
-from ._common import is_scalar, operand, reshaped
+from ._common import operand, real_number, reshaped
 
 def _size(size: tuple, op: str) -> tuple[int, ...]:
     """PyTorch's sizes: ``f(2, 3)``, ``f((2, 3))`` or ``f([2, 3])``."""
@@ -51,12 +51,6 @@ def _size(size: tuple, op: str) -> tuple[int, ...]:
             raise ValueError(f"{op}: sizes must be >= 0, got {size!r}")
         dims.append(d)
     return tuple(dims)
-
-
-def _number(value: Any, op: str, what: str) -> float:
-    if not is_scalar(value):
-        raise TypeError(f"{op}: {what} must be a real number, got {value!r}")
-    return float(value)
 
 
 def _checked(requires_grad: Any) -> bool:
@@ -103,7 +97,7 @@ def full(size: Any, fill_value: float, *, dtype: Any = None, device: str = "cpu"
          requires_grad: bool = False) -> Tensor:
     """A tensor of ``fill_value`` (``torch.full``; the default dtype even for
     an integer ``fill_value``, where PyTorch's would be int64)."""
-    value = _number(fill_value, "full", "fill_value")
+    value = real_number(fill_value, "full", "fill_value")
     return _filled(_size((size,), "full"), value, float_dtype(dtype, "full"), device, requires_grad)
 
 
@@ -137,7 +131,7 @@ def full_like(t: Any, fill_value: float, *, dtype: Any = None, device: str | Non
               requires_grad: bool = False) -> Tensor:
     """``fill_value`` in ``t``'s shape, dtype and device."""
     shape, dt, dev = _like("full_like", t, dtype, device)
-    return _filled(shape, _number(fill_value, "full_like", "fill_value"), dt, dev,
+    return _filled(shape, real_number(fill_value, "full_like", "fill_value"), dt, dev,
                    requires_grad)
 
 
@@ -155,8 +149,8 @@ def arange(start: float, end: float | None = None, step: float = 1, *, dtype: An
     then rounded to ``dtype``; a float tensor, not PyTorch's int64."""
     if end is None:
         start, end = 0, start
-    a, b = _number(start, "arange", "start"), _number(end, "arange", "end")
-    s = _number(step, "arange", "step")
+    a, b = real_number(start, "arange", "start"), real_number(end, "arange", "end")
+    s = real_number(step, "arange", "step")
     if s == 0 or not all(map(math.isfinite, (a, b, s))):
         raise ValueError(f"arange: start, end and step must be finite and step non-zero, got "
                          f"start={a}, end={b}, step={s}")
@@ -173,7 +167,7 @@ def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device:
     """``steps`` values from ``start`` to ``end`` included, evenly spaced
     (``torch.linspace``, whose formula this is: the first half counted from
     start, the second from end, so both ends are exact; one step is start)."""
-    a, b = _number(start, "linspace", "start"), _number(end, "linspace", "end")
+    a, b = real_number(start, "linspace", "start"), real_number(end, "linspace", "end")
     n = _size((steps,), "linspace")[0]
     i = np.arange(n, dtype=np.float64)
     step = (b - a) / (n - 1) if n > 1 else 0.0
@@ -217,7 +211,7 @@ def normal(mean: float, std: float, size: Any, *, dtype: Any = None, device: str
            requires_grad: bool = False) -> Tensor:
     """Normal draws of one ``mean`` and ``std`` (``torch.normal(mean, std,
     size)``, the form with Python numbers; std must be >= 0)."""
-    m, s = _number(mean, "normal", "mean"), _number(std, "normal", "std")
+    m, s = real_number(mean, "normal", "mean"), real_number(std, "normal", "std")
     if not s >= 0:
         raise ValueError(f"normal: std must be >= 0, got {s}")
     return _random_fill(_size((size,), "normal"), NORMAL, m, s,

@@ -205,10 +205,7 @@ def _cross_entropy_soft(x: Tensor, target: Any, reduction: str, smoothing: float
     op = "cross_entropy"
     if x.ndim < 2:
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
-    t = pair(x, target, op, ("logits", "target"))[1]
-    if t.shape != x.shape:
-        raise ValueError(f"{op}: a probability target must have the logits' shape {x.shape}, "
-                         f"got {t.shape}")
+    t = pair(x, target, op, ("logits", "target"))[1]     # (of x's shape: _probabilities)
     if smoothing:
         t = t * (1.0 - smoothing) + smoothing / x.shape[1]
     per = -reductions.sum(t * reductions.log_softmax(x, 1), axis=1)

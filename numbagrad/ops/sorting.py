@@ -46,16 +46,19 @@ def _order(x: Any, dim: int, descending: bool, k: int | None, op: str) -> tuple:
         kernels.call(kern, "argsort_rows", moved.size, reshaped(contiguous(moved), (rows, n)),
                      reshaped(order, (rows, n)), bool(descending))
     if k is not None and k < n:
-        host = kernels.to_host(kern, order) if kern.name != "cpu" else order
-        host = np.ascontiguousarray(host[..., :k])
-        order = host if kern.name == "cpu" else kernels.from_host(kern, host)
+        order = _on_host(kern, order, lambda h: h[..., :k])
     values = gather(moved, last, order)
     if a == last:
         return values, order
     back = tuple(perm.index(d) for d in range(x.ndim))
-    host = kernels.to_host(kern, order) if kern.name != "cpu" else order
-    host = np.ascontiguousarray(np.transpose(host, back))
-    return permute(values, *back), host if kern.name == "cpu" else kernels.from_host(kern, host)
+    return permute(values, *back), _on_host(kern, order, lambda h: np.transpose(h, back))
+
+
+def _on_host(kern: Any, order: Any, fn: Any) -> Any:
+    """``fn`` applied to the index array ``order`` on the host, C-contiguous,
+    on ``kern``'s device again (one round trip on "cuda")."""
+    host = np.ascontiguousarray(fn(kernels.to_host(kern, order) if kern.name != "cpu" else order))
+    return host if kern.name == "cpu" else kernels.from_host(kern, host)
 
 
 def sort(x: Any, dim: int = -1, descending: bool = False, stable: bool = False) -> SortResult:
