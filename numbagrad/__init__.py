@@ -9,6 +9,9 @@
     opt.step()          # True on every 4th call, when the update is applied
 """
 from . import _cache  # noqa: F401 (first: settles where Numba caches, before any @njit)
+
+import numpy as np
+
 from . import cuda, nn, optim, random
 from ._defaults import get_default_dtype, set_default_dtype
 from .compile import compile
@@ -20,12 +23,19 @@ from .tape import backward, grad_tape, is_grad_enabled, no_grad
 from .random import manual_seed
 from .tensor import Tensor, as_tensor, param, tensor
 from .serialization import load, save
+from ._dtypes import promote_types, result_type
 from .testing import gradcheck
 
 __version__ = "0.2.0"
+
+# the dtypes a tensor holds, by PyTorch's names (``x.to(ng.int64)``)
+float32, float64 = np.dtype(np.float32), np.dtype(np.float64)
+int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+uint8, bool = np.dtype(np.uint8), np.dtype(np.bool_)  # noqa: A001 (ng.bool, as torch.bool)
 
 __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "no_grad",
            "is_grad_enabled", "backward",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
            "compile", "manual_seed", "random", "set_default_dtype", "get_default_dtype",
-           "__version__"]
+           "promote_types", "result_type", "float32", "float64", "int8", "int16", "int32",
+           "int64", "uint8", "bool", "__version__"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _defaults, buffers, kernels
+from . import _defaults, _dtypes, buffers, kernels
 
 _ids = itertools.count(1)
 # In-place writes so far, process-wide: ``_writes[0]`` stamps each write on
@@ -163,14 +163,25 @@ class Tensor:
         """The data as nested Python lists (a Python number for 0-d)."""
         return self.numpy().tolist()
 
-    def item(self) -> float:
-        """The value of a one-element tensor as a Python float."""
+    def item(self) -> float | int | bool:
+        """The value of a one-element tensor as a Python number: a float, or
+        an int or bool for an integer or bool tensor (as PyTorch's)."""
         if self.size != 1:
             raise ValueError(f"item() needs a one-element tensor, got shape {self.shape}")
-        return float(self.numpy().reshape(-1)[0])
+        return self.numpy().reshape(-1)[0].item()
 
     def __float__(self) -> float:
-        return self.item()
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        """An integer one-element tensor as an index (``range(t)``, ``a[t]``)."""
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors of one element can be an index, got a "
+                            f"tensor of shape {self.shape}, {self.dtype}")
+        return int(self.item())
 
     def __bool__(self) -> bool:
         """The truth of a one-element tensor (``if (x > 0):``), as PyTorch and
@@ -306,6 +317,23 @@ class Tensor:
     def double(self) -> Tensor:
         """``to(np.float64)``, PyTorch's ``double()``."""
         return self.to(np.float64)
+
+    def long(self) -> Tensor:
+        """``to(np.int64)``, PyTorch's ``long()`` (floats round toward zero)."""
+        return self.to(np.int64)
+
+    def int(self) -> Tensor:
+        """``to(np.int32)``, PyTorch's ``int()`` (``int(t)`` is still the
+        Python number of a one-element tensor)."""
+        return self.to(np.int32)
+
+    def bool(self) -> Tensor:
+        """``to(np.bool_)``, PyTorch's ``bool()``: non-zero is True."""
+        return self.to(np.bool_)
+
+    def is_floating_point(self) -> bool:
+        """Whether this is a float tensor (the only kind that gets gradients)."""
+        return self.dtype in _FLOATS
 
     def detach(self) -> Tensor:
         """A tensor sharing this one's data, outside the graph (no gradient),
@@ -605,44 +633,54 @@ def _assign(t: Tensor, value: Any, what: str) -> None:
 
 # ---------------------------------------------------------------- builders
 @kernels.host_copy
-def _host_array(data: Any, dtype: Any, default: Any = None) -> np.ndarray:
-    """``data`` as a new C-contiguous float array: ``dtype`` if given, else
-    the float32/float64 of a NumPy array or tensor, else ``default`` (the
-    default dtype when None) for Python numbers and integer arrays."""
+def _host_array(data: Any, dtype: Any, default: Any = None, floats: bool = False
+                ) -> np.ndarray:
+    """``data`` as a new C-contiguous array: ``dtype`` if given; else the
+    dtype of a NumPy array or tensor that a tensor may hold, int64 for Python
+    ints, bool for bools (``floats``: those too take the default), else
+    ``default`` (the default dtype when None)."""
     if isinstance(data, Tensor):
         data = data.numpy()
     typed = isinstance(data, (np.ndarray, np.generic))
     array = np.asarray(data)
+    kind = array.dtype.kind
     if dtype is not None:
-        want = np.dtype(dtype)
-        if want not in _FLOATS:
-            raise TypeError(f"dtype must be float32 or float64, got {want}")
-    elif typed and array.dtype in _FLOATS:
-        want = array.dtype
-    elif array.dtype.kind in "iuf":
-        want = np.dtype(default) if default is not None else _defaults.get_default_dtype()
+        want = _dtypes.tensor_dtype(dtype, "dtype")
+        if floats and want not in _FLOATS:
+            raise TypeError(f"a param holds float32 or float64 (only floats get gradients), "
+                            f"not {want}")
+    elif kind not in "biuf" or array.dtype == np.uint64:
+        raise TypeError(f"tensor data must be real numbers or bools, got dtype {array.dtype}")
+    elif array.dtype in _FLOATS and typed or kind in "biu" and not floats:
+        want = array.dtype if typed or kind != "i" else _dtypes.INT64
+        if want not in _dtypes.ALL:     # uint16, uint32: the next signed width
+            want = np.promote_types(want, np.int8)
     else:
-        raise TypeError(f"tensor data must be real numbers, got dtype {array.dtype}")
+        want = np.dtype(default) if default is not None else _defaults.get_default_dtype()
     return np.array(array, dtype=want, order="C", copy=True)
 
 
 def tensor(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
     """A tensor owning a C-contiguous copy of ``data`` on ``device``.
 
-    float32 and float64 NumPy arrays (and tensors) keep their dtype; Python
-    numbers and lists, integer and float16 arrays take ``dtype``, else the
-    default dtype (``ng.set_default_dtype``; float64 until set), as
-    ``torch.tensor`` does; this is the one conversion numbagrad makes (ops
-    never convert). Any rank NumPy allows, 0-d included.
+    NumPy arrays (and tensors) keep their dtype (float32, float64, int8,
+    int16, int32, int64, uint8, bool); Python ints become int64 and bools
+    bool, as in PyTorch; Python floats and float16 arrays take the default
+    dtype (``ng.set_default_dtype``; float64 until set). ``dtype`` overrides
+    all of it. Integer and bool tensors never get a gradient. Any rank NumPy
+    allows, 0-d included.
     """
     kern = kernels.get(device)
     return Tensor(kernels.from_host(kern, _host_array(data, dtype)), kern)
 
 
 def param(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
-    """A trainable leaf: ``ng.tensor`` with ``requires_grad=True``."""
+    """A trainable leaf: ``ng.tensor`` with ``requires_grad=True``. Always a
+    float tensor (only floats get gradients): integer and bool data take
+    ``dtype``, else the default dtype."""
     kern = kernels.get(device)
-    return Tensor(kernels.from_host(kern, _host_array(data, dtype)), kern, requires_grad=True)
+    return Tensor(kernels.from_host(kern, _host_array(data, dtype, floats=True)), kern,
+                  requires_grad=True)
 
 
 def as_tensor(array: Any) -> Tensor:
@@ -667,9 +705,9 @@ def as_tensor(array: Any) -> Tensor:
         raise TypeError(f"as_tensor wraps a numpy array, a Numba CUDA array or a "
                         f"__cuda_array_interface__ object, got "
                         f"{type(array).__name__}; use ng.tensor to copy other data")
-    if array.dtype not in _FLOATS:
-        raise TypeError(f"as_tensor needs float32 or float64 data, got {array.dtype}; "
-                        "use ng.tensor to convert")
+    if array.dtype not in _dtypes.ALL:
+        raise TypeError(f"as_tensor needs float32, float64, integer or bool data, got "
+                        f"{array.dtype}; use ng.tensor to convert")
     if not array.flags["C_CONTIGUOUS"]:
         raise ValueError("as_tensor needs a C-contiguous array; use ng.tensor to copy")
     if isinstance(array, np.ndarray) and not array.flags.writeable:
@@ -715,7 +753,7 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
     """
     if isinstance(value, Tensor):
         return value
-    if kern.is_device_array(value) and value.dtype in _FLOATS \
+    if kern.is_device_array(value) and value.dtype in _dtypes.ALL \
             and kern.is_c_contiguous(value) and (kern.name != "cpu" or value.flags.writeable):
         return _wrap(value, kern)
     if kern.name != "cpu":
@@ -728,8 +766,7 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
 
 
 _UFUNC_HINTS = {"square": "x * x or x ** 2", "fmax": "ng.maximum",
-                "fmin": "ng.minimum",
-                "logical_not": "the opposite comparison (x <= 0 for not x > 0)"}
+                "fmin": "ng.minimum"}
 
 # ops and tape build on Tensor, so they are imported once it exists.
 from . import interop, ops, tape  # noqa: E402

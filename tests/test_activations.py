@@ -128,8 +128,7 @@ def test_bad_input_is_refused_before_anything_runs():
         ng.softplus(x, beta="2")
     with pytest.raises(ValueError, match=r"maximum: shapes \(2, 3\) and \(2,\) cannot be"):
         ng.maximum(x, ng.tensor(np.ones(2)))
-    with pytest.raises(TypeError, match="minimum: dtypes differ"):
-        ng.minimum(x, ng.tensor(np.ones(3, np.float32)))
+    assert ng.minimum(x, ng.tensor(np.ones(3, np.float32))).dtype == x.dtype   # promoted
     with pytest.raises(TypeError, match="boolean tensor"):
         ng.silu(x > 0)
     np.testing.assert_array_equal(x.numpy(), np.ones((2, 3)))

@@ -114,8 +114,11 @@ def test_bad_arguments_name_the_problem():
         ng.zeros(2, -1)
     with pytest.raises(TypeError, match="ones: sizes must be integers"):
         ng.ones(2.5)
-    with pytest.raises(TypeError, match="float32 or float64"):
-        ng.zeros(2, dtype=np.int64)
+    with pytest.raises(TypeError, match="zeros: tensors hold .* not complex128"):
+        ng.zeros(2, dtype=np.complex128)
+    with pytest.raises(TypeError, match="ones: only float tensors can require gradients, not "
+                                        "int64"):
+        ng.ones(2, dtype=np.int64, requires_grad=True)
     with pytest.raises(ValueError, match="arange: step"):
         ng.arange(0, 5, -1)
     with pytest.raises(ValueError, match="step non-zero"):

@@ -12,7 +12,7 @@ from numbagrad import kernels
 @pytest.mark.parametrize("data, match", [
     (np.ones((2, 2), complex), "real numbers"),
     (np.array(["a", "b"]), "real numbers"),
-    (np.array([True, False]), "real numbers"),
+    (np.array([1, 2], np.uint64), "real numbers"),
 ])
 def test_tensor_rejects_bad_data(data, match):
     with pytest.raises((TypeError, ValueError), match=match):
@@ -22,15 +22,15 @@ def test_tensor_rejects_bad_data(data, match):
 
 
 def test_tensor_rejects_a_bad_dtype_or_device():
-    with pytest.raises(TypeError, match="float32 or float64, got int32"):
-        ng.tensor([1, 2], dtype=np.int32)
+    with pytest.raises(TypeError, match="tensors hold float32, .* not complex64"):
+        ng.tensor([1, 2], dtype=np.complex64)
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         ng.tensor([1.0], device="tpu")
 
 
 def test_as_tensor_refuses_what_it_cannot_share():
-    with pytest.raises(TypeError, match="float32 or float64 data, got int64"):
-        ng.as_tensor(np.arange(3))
+    with pytest.raises(TypeError, match="float32, float64, integer or bool data, got float16"):
+        ng.as_tensor(np.arange(3, dtype=np.float16))
     with pytest.raises(ValueError, match="C-contiguous"):
         ng.as_tensor(np.ones((3, 4))[:, ::2])
     with pytest.raises(TypeError, match="a numpy array, a Numba CUDA array or a "
@@ -284,12 +284,12 @@ def test_elementwise_errors_name_op_shapes_dtypes_and_devices(dev):
     a = dev.tensor(np.ones((3, 4)))
     with pytest.raises(ValueError, match=r"add: shapes \(3, 4\) and \(3,\) cannot be broadcast"):
         a + dev.tensor(np.ones(3))
-    with pytest.raises(TypeError, match=r"mul: dtypes differ: first operand float64 \(shape "
+    # mixed float widths promote, as PyTorch's (matmul and conv refuse them)
+    assert (a * dev.tensor(np.ones(4), dtype=np.float32)).dtype == np.float64
+    assert (a ** dev.tensor(np.ones(4), dtype=np.float32)).dtype == np.float64
+    with pytest.raises(TypeError, match=r"matmul: dtypes differ: first operand float64 \(shape "
                                         r"\(3, 4\)\), second operand float32"):
-        a * dev.tensor(np.ones(4), dtype=np.float32)
-    with pytest.raises(TypeError, match=r"pow: dtypes differ: first operand float64 \(shape "
-                                        r"\(3, 4\)\), second operand float32"):
-        a ** dev.tensor(np.ones(4), dtype=np.float32)
+        a @ dev.tensor(np.ones(4), dtype=np.float32)
     with pytest.raises(ValueError, match=r"sum: axis 2 is out of range for a tensor of shape "
                                          rf"\(3, 4\), float64, on {dev.name}"):
         a.sum(axis=2)
@@ -374,8 +374,8 @@ def test_a_failed_selection_records_nothing_and_changes_no_gradient():
     W = ng.param(np.array([[0.5, -1.0]]))
     with ng.grad_tape():
         loss = (W * 2.0).sum()
-        with pytest.raises(TypeError, match="add: a boolean tensor .*mask.astype"):
-            (W > 0) + 1.0
+        with pytest.raises(TypeError, match="sub: subtracting a bool tensor"):
+            (W > 0) - 1.0
         with pytest.raises(ValueError, match=r"where: shapes \(1, 2\) and \(3,\)"):
             ng.where(W > 0, W, ng.tensor(np.ones(3)))
         with pytest.raises(TypeError, match="numpy.max .* would leave the graph"):

@@ -231,17 +231,30 @@ def test_compile_is_bit_identical_to_eager(tmp_path):
 
 
 # ------------------------------------------------------------------ bad input
-def test_arithmetic_on_a_bool_tensor_names_astype(dev):
+def test_bool_tensors_in_arithmetic_follow_torch(dev):
+    """A mask promotes in arithmetic and ``where`` (PyTorch's rules); the ops
+    PyTorch refuses a bool tensor (matmul, relu, ``-``) refuse it by name,
+    the float-only ones naming astype."""
     x = dev.param(np.array([[1.0, -1.0]]))
     m = x > 0
-    for fn in [lambda: m + 1.0, lambda: 2.0 * m, lambda: m * x, lambda: x - m, lambda: -m,
-               lambda: ng.exp(m), lambda: m.sum(), lambda: m @ x.T, lambda: ng.relu(m),
-               lambda: m.reshape(2, 1), lambda: ng.where(m, m, x), lambda: m < 1.0]:
+    for fn in [lambda: ng.exp(m), lambda: m @ x.T, lambda: ng.relu(m),
+               lambda: ng.mse_loss(m, m)]:
         with ng.grad_tape():
             with pytest.raises(TypeError, match=r"boolean tensor \(shape \(1, 2\), bool, on "
                                                 rf"{dev.name}\).*astype"):
                 fn()
+    for fn, match in [(lambda: x - m, "sub: subtracting a bool tensor"),
+                      (lambda: -m, "neg: not defined for a bool tensor")]:
+        with pytest.raises(TypeError, match=match):
+            fn()
     assert x.grad is None
+    with ng.grad_tape():
+        y = ng.sum(m * x + 2.0 * m + ng.where(m, m, x))   # 1 + 2 + (1 - 1)
+    ng.backward(y)
+    assert y.dtype == np.float64 and float(y) == 3.0
+    np.testing.assert_array_equal(dev.host(x.grad), [[1.0, 1.0]])
+    assert m.sum().dtype == np.int64 and int(m.sum()) == 1
+    assert m.reshape(2, 1).dtype == np.bool_ and (m < 1.0).dtype == np.bool_
 
 
 def test_bad_input_is_a_clear_error_and_changes_nothing(dev):
@@ -252,17 +265,13 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(dev):
     start = ng.cuda.launch_count() if dev.name == "cuda" else 0
     cases = [
         (lambda: x < y, ValueError, r"lt: shapes \(2, 3\) and \(4,\) cannot be broadcast"),
-        (lambda: x == f32, TypeError, "eq: dtypes differ.*float64.*float32"),
         (lambda: ng.where(cond, x, y), ValueError, r"where: shapes .* cannot be broadcast"),
-        (lambda: ng.where(cond, x, f32), TypeError, "where: dtypes differ"),
         (lambda: ng.where(x, x, x), TypeError,
          r"where: the condition must be boolean, got a tensor of shape \(2, 3\), float64"),
         (lambda: ng.where(1.0, x, x), TypeError, "where: the condition must be a boolean"),
-        (lambda: x.astype(np.int64), TypeError, "astype: cannot cast a tensor of shape "
-                                                r"\(2, 3\), float64, on .* to int64"),
         (lambda: x.astype("nope"), TypeError, "astype: 'nope' is not a dtype"),
         (lambda: x.astype(None), TypeError, "astype: None is not a dtype"),
-        (lambda: cond.astype(np.bool_), TypeError, "astype: cannot cast .* to bool"),
+        (lambda: cond.astype(np.complex64), TypeError, "astype: tensors hold .* not complex64"),
     ]
     if dev.name == "cuda":
         cases += [(lambda: x < np.ones(3), ValueError, "host but the op runs on cuda"),

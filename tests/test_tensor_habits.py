@@ -353,7 +353,9 @@ def test_default_dtype_applies_to_python_numbers(default_float32):
     assert ng.get_default_dtype() == np.float32
     assert ng.tensor([1.0, 2.0]).dtype == np.float32
     assert ng.param(3.0).dtype == np.float32
-    assert ng.tensor(np.arange(3)).dtype == np.float32           # integers take it
+    assert ng.tensor(np.arange(3)).dtype == np.int64             # integers stay integers
+    assert ng.param(np.arange(3)).dtype == np.float32            # a param is a float
+    assert (ng.tensor([1, 2]) * 0.5).dtype == np.float32          # an int tensor and a float
     assert ng.tensor(np.zeros(2)).dtype == np.float64            # a float array keeps its own
     assert ng.tensor(np.float64(2.0)).dtype == np.float64
     assert ng.tensor([1.0], dtype=np.float64).dtype == np.float64

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import buffers, kernels, tape
+from .. import _defaults, _dtypes, buffers, kernels, tape
 from ..tape import output
 from ..tensor import Tensor, coerce
 
@@ -39,53 +39,91 @@ def describe(t: Tensor) -> str:
     return f"shape {t.shape}, {t.dtype}, on {t.device}"
 
 
+def integral(x: Any) -> bool:
+    """Whether ``x`` (a tensor or an array) holds integers or bools."""
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and dtype is not _F32 and dtype is not _F64 \
+        and np.dtype(dtype).kind in "biu"
+
+
+def cast(t: Tensor, dtype: np.dtype) -> Tensor:
+    """``t`` in ``dtype``: recorded between floats (the gradient is cast
+    back), a plain copy from an integer or bool tensor (no gradient)."""
+    if t._data.dtype == dtype:
+        return t
+    from .masks import astype     # (masks builds on this module)
+    return astype(t, dtype)
+
+
 def refuse_bool(t: Tensor, op: str) -> Tensor:
-    """``t``, unless it is a boolean tensor (a comparison's mask), which no
-    arithmetic takes: a TypeError that says how to make it a float mask."""
+    """``t``, unless it is a boolean tensor (a comparison's mask), which the
+    ops that compute in floats refuse as PyTorch's do (``relu``, ``matmul``,
+    the losses): a TypeError that says how to make it a float mask."""
     if t._data.dtype == np.bool_:
-        raise TypeError(f"{op}: a boolean tensor ({describe(t)}) cannot be used in arithmetic; "
+        raise TypeError(f"{op}: a boolean tensor ({describe(t)}) cannot be used here; "
                         "make it a float mask with mask.astype(np.float32) (or np.float64)")
     return t
 
 
-def operand(x: Any, op: str, what: str = "input") -> Tensor:
-    """One operand as a Tensor (host data is copied for "cpu" only)."""
-    if type(x) is Tensor:
-        dtype = x._data.dtype
-        return x if dtype is _F64 or dtype is _F32 else refuse_bool(x, op)
-    return coerce(x, kernels.get("cpu"), f"{op}: {what}")
+def operand(x: Any, op: str, what: str = "input", ints: bool = False) -> Tensor:
+    """One operand as a Tensor (host data is copied for "cpu" only). An op
+    that computes in floats (``ints`` False) takes an integer tensor in the
+    default float dtype (as ``torch.exp(ints)``) and refuses a bool one;
+    with ``ints`` the op takes them as they are."""
+    if type(x) is not Tensor:
+        x = coerce(x, kernels.get("cpu"), f"{op}: {what}")
+    dtype = x._data.dtype
+    if ints or dtype is _F64 or dtype is _F32:
+        return x
+    return cast(refuse_bool(x, op), _defaults.get_default_dtype())
 
 
-def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second operand")
-         ) -> tuple[Tensor, Tensor]:
-    """Both operands as tensors on one device with one dtype. A Python (or
-    NumPy) number beside a tensor takes that tensor's dtype and device, as
-    in PyTorch: ``ng.maximum(x32, 0)`` stays float32 (NumPy would promote)."""
+def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second operand"),
+         ints: bool = False, promote: bool = True) -> tuple[Tensor, Tensor]:
+    """Both operands as tensors on one device with one dtype, PyTorch's
+    ``result_type`` (``numbagrad/_dtypes.py``): a Python (or NumPy) number
+    never changes a tensor's dtype within its category (``ng.maximum(x32,
+    0)`` stays float32, where NumPy would promote), an int tensor beside a
+    float one becomes that float. Integers and bools become the default
+    float unless ``ints`` (the ops that compute on them); ``promote=False``
+    (matmul, conv, the losses, as PyTorch): two floats of different widths
+    and bool tensors are errors."""
     if type(a) is Tensor and type(b) is Tensor and a._kern is b._kern:
         dtype = a._data.dtype
         if (dtype is _F64 or dtype is _F32) and b._data.dtype is dtype:
             return a, b
-    if isinstance(a, Tensor) and is_scalar(b):
-        b = _number_like(b, a)
-    elif isinstance(b, Tensor) and is_scalar(a):
-        a = _number_like(a, b)
+    want = _dtypes.result_type(*(v if isinstance(v, Tensor) or _number(v)
+                                 else np.asarray(v) for v in (a, b)))
+    if not ints and want.kind != "f":
+        want = _defaults.get_default_dtype()
+    if isinstance(a, Tensor) and _number(b):
+        b = _number_like(b, want, a._kern)
+    elif isinstance(b, Tensor) and _number(a):
+        a = _number_like(a, want, b._kern)
     if isinstance(a, Tensor):
         b = coerce(b, a._kern, f"{op}: {names[1]}")
     else:
         if not isinstance(b, Tensor):
             b = coerce(b, kernels.get("cpu"), f"{op}: {names[1]}")
         a = coerce(a, b._kern, f"{op}: {names[0]}")
-    refuse_bool(a, op)
-    refuse_bool(b, op)
     if a._kern is not b._kern:
         raise ValueError(f"{op}: operands are on different devices: {names[0]} on "
                          f"{a.device} (shape {a.shape}), {names[1]} on {b.device} "
                          f"(shape {b.shape})")
-    if a.dtype != b.dtype:
+    if not promote:
+        refuse_bool(a, op)
+        refuse_bool(b, op)
+    if not promote and a.dtype != b.dtype and a.dtype.kind == b.dtype.kind == "f":
         raise TypeError(f"{op}: dtypes differ: {names[0]} {a.dtype} (shape {a.shape}), "
                         f"{names[1]} {b.dtype} (shape {b.shape}); convert one with "
                         "ng.tensor(x, dtype=...)")
-    return a, b
+    return cast(a, want), cast(b, want)
+
+
+def _number(value: Any) -> bool:
+    """A Python or NumPy number or bool (an operand ``result_type`` treats
+    as a number, not as a tensor)."""
+    return is_scalar(value) or isinstance(value, (bool, np.bool_))
 
 
 def real_number(value: Any, op: str, what: str) -> float:
@@ -95,11 +133,9 @@ def real_number(value: Any, op: str, what: str) -> float:
     return float(value)
 
 
-def _number_like(value: Any, like: Tensor) -> Tensor:
-    """A number as a 0-d tensor of ``like``'s dtype on its device."""
-    dtype = like._data.dtype if like._data.dtype in (_F32, _F64) else np.float64
+def _number_like(value: Any, dtype: np.dtype, kern: ModuleType) -> Tensor:
+    """A number as a 0-d tensor of ``dtype`` on ``kern``'s device."""
     host = np.array(value, dtype)
-    kern = like._kern
     return Tensor(host if kern.name == "cpu" else kernels.from_host(kern, host), kern)
 
 

@@ -96,13 +96,11 @@ def maximum(a: Any, b: Any) -> Tensor:
     """Elementwise maximum with NumPy broadcasting (nan wins, as in both
     NumPy and PyTorch); where a == b each input gets half the gradient
     (PyTorch's). Python scalars are taken as 0-d tensors."""
-    a, b = pair(a, b, "maximum")
     return ew._binary(codes.MAX, a, b, "maximum")
 
 
 def minimum(a: Any, b: Any) -> Tensor:
     """Elementwise minimum; see ``maximum``."""
-    a, b = pair(a, b, "minimum")
     return ew._binary(codes.MIN, a, b, "minimum")
 
 

@@ -26,7 +26,6 @@ from .reductions import sum as _sum
 
 
 def _binary(code: int, name: str, a: Any, b: Any) -> Tensor:
-    a, b = pair(a, b, name)
     return ew._binary(code, a, b, name)
 
 
@@ -114,8 +113,8 @@ def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
 def _truth_count(x: Any, axis: Any, keepdims: bool, op: str) -> tuple[Tensor, int]:
     """How many elements are true (non-zero; nan counts) over ``axis``, as
     float64 (exact to 2**53), and how many elements each count covers."""
-    x = x if isinstance(x, Tensor) else operand(x, op)   # (operand refuses a boolean one)
-    mask = x if x.dtype == np.bool_ else ne(x, 0.0)
+    x = operand(x, op, ints=True)
+    mask = x if x.dtype == np.bool_ else ne(x, 0)
     axes = range(x.ndim) if axis is None else \
         [axis_of(a, x.ndim, op) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
     count = math.prod(x.shape[a] for a in set(axes))

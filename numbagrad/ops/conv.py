@@ -71,13 +71,13 @@ def _as4d(data: Any, shape: tuple, is_batched: bool, rank: int) -> Any:
 
 def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
           groups: Any, rank: int, op: str) -> Tensor:
-    x, weight = pair(x, weight, op, ("input", "weight"))
+    x, weight = pair(x, weight, op, ("input", "weight"), promote=False)
     x, is_batched = _batched(x, rank, op)
     if weight.ndim != rank + 2:
         raise ValueError(f"{op}: weight must be {rank + 2}-D (out_channels, in_channels / "
                          f"groups, *kernel_size), got {describe(weight)}")
     if bias is not None:
-        _, bias = pair(x, bias, op, ("input", "bias"))
+        _, bias = pair(x, bias, op, ("input", "bias"), promote=False)
     if isinstance(groups, bool) or not hasattr(groups, "__index__") or groups < 1:
         raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
     groups = operator.index(groups)

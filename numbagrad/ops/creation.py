@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import buffers, kernels
+from .. import _defaults, _dtypes, buffers, kernels
 from .._defaults import float_dtype
 from .. import random as _random
 from ..kernels.cpu.random import NORMAL, UNIFORM, UNIFORM24
@@ -59,14 +59,25 @@ def _checked(requires_grad: Any) -> bool:
     return bool(requires_grad)
 
 
-def _filled(shape: tuple, value: float | None, dtype: np.dtype, device: str,
+def _dtype(dtype: Any, who: str, requires_grad: Any, default: Any = None) -> np.dtype:
+    """A factory's ``dtype=``: any a tensor holds (None: ``default``, else the
+    default float); only a float one may require a gradient."""
+    want = np.dtype(default or _defaults.get_default_dtype()) if dtype is None else \
+        _dtypes.tensor_dtype(dtype, who)
+    if _checked(requires_grad) and want.kind != "f":
+        raise TypeError(f"{who}: only float tensors can require gradients, not {want}")
+    return want
+
+
+def _filled(shape: tuple, value: Any, dtype: np.dtype, device: str,
             requires_grad: bool) -> Tensor:
     requires_grad = _checked(requires_grad)      # before anything is allocated or drawn
     kern = kernels.get(device)
     array = buffers.take(kern, shape, dtype) if not requires_grad else \
         kernels.empty(kern, shape, dtype)
-    if value is not None and array.size:
-        kernels.call(kern, "fill", 0, _flat(array), value)
+    if value is not None and array.size:     # (in the dtype: a large int64 stays exact)
+        kernels.call(kern, "fill", 0, _flat(array),
+                     float(value) if dtype.kind == "f" else dtype.type(value))
     return Tensor(array, kern, requires_grad=requires_grad)
 
 
@@ -83,70 +94,83 @@ def _from_host(array: np.ndarray, dtype: np.dtype, device: str, requires_grad: b
 
 def zeros(*size: Any, dtype: Any = None, device: str = "cpu",
           requires_grad: bool = False) -> Tensor:
-    """A tensor of zeros (``torch.zeros``)."""
-    return _filled(_size(size, "zeros"), 0.0, float_dtype(dtype, "zeros"), device, requires_grad)
+    """A tensor of zeros (``torch.zeros``; any dtype a tensor holds)."""
+    return _filled(_size(size, "zeros"), 0, _dtype(dtype, "zeros", requires_grad), device,
+                   requires_grad)
 
 
 def ones(*size: Any, dtype: Any = None, device: str = "cpu",
          requires_grad: bool = False) -> Tensor:
     """A tensor of ones (``torch.ones``)."""
-    return _filled(_size(size, "ones"), 1.0, float_dtype(dtype, "ones"), device, requires_grad)
+    return _filled(_size(size, "ones"), 1, _dtype(dtype, "ones", requires_grad), device,
+                   requires_grad)
 
 
 def full(size: Any, fill_value: float, *, dtype: Any = None, device: str = "cpu",
          requires_grad: bool = False) -> Tensor:
-    """A tensor of ``fill_value`` (``torch.full``; the default dtype even for
-    an integer ``fill_value``, where PyTorch's would be int64)."""
-    value = real_number(fill_value, "full", "fill_value")
-    return _filled(_size((size,), "full"), value, float_dtype(dtype, "full"), device, requires_grad)
+    """A tensor of ``fill_value`` (``torch.full``: its dtype, unless given, is
+    the value's: bool for a bool, int64 for an int, else the default float)."""
+    value = _fill_value(fill_value, "full")
+    dt = _dtype(dtype, "full", requires_grad, _dtypes.result_type(value))
+    return _filled(_size((size,), "full"), value, dt, device, requires_grad)
+
+
+def _fill_value(value: Any, who: str) -> Any:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return real_number(value, who, "fill_value")
 
 
 def empty(*size: Any, dtype: Any = None, device: str = "cpu",
           requires_grad: bool = False) -> Tensor:
     """A tensor whose contents are undefined (``torch.empty``)."""
-    return _filled(_size(size, "empty"), None, float_dtype(dtype, "empty"), device, requires_grad)
+    return _filled(_size(size, "empty"), None, _dtype(dtype, "empty", requires_grad), device,
+                   requires_grad)
 
 
-def _like(op: str, t: Any, dtype: Any, device: str | None) -> tuple[tuple, np.dtype, str]:
-    t = operand(t, op)
-    return t.shape, float_dtype(t.dtype if dtype is None else dtype, op), \
+def _like(op: str, t: Any, dtype: Any, device: str | None, requires_grad: Any
+          ) -> tuple[tuple, np.dtype, str]:
+    t = operand(t, op, ints=True)
+    return t.shape, _dtype(dtype, op, requires_grad, t.dtype), \
         t.device if device is None else device
 
 
 def zeros_like(t: Any, *, dtype: Any = None, device: str | None = None,
                requires_grad: bool = False) -> Tensor:
     """Zeros of ``t``'s shape, dtype and device (each may be overridden)."""
-    shape, dt, dev = _like("zeros_like", t, dtype, device)
+    shape, dt, dev = _like("zeros_like", t, dtype, device, requires_grad)
     return _filled(shape, 0.0, dt, dev, requires_grad)
 
 
 def ones_like(t: Any, *, dtype: Any = None, device: str | None = None,
               requires_grad: bool = False) -> Tensor:
     """Ones of ``t``'s shape, dtype and device (each may be overridden)."""
-    shape, dt, dev = _like("ones_like", t, dtype, device)
+    shape, dt, dev = _like("ones_like", t, dtype, device, requires_grad)
     return _filled(shape, 1.0, dt, dev, requires_grad)
 
 
 def full_like(t: Any, fill_value: float, *, dtype: Any = None, device: str | None = None,
               requires_grad: bool = False) -> Tensor:
     """``fill_value`` in ``t``'s shape, dtype and device."""
-    shape, dt, dev = _like("full_like", t, dtype, device)
-    return _filled(shape, real_number(fill_value, "full_like", "fill_value"), dt, dev,
-                   requires_grad)
+    shape, dt, dev = _like("full_like", t, dtype, device, requires_grad)
+    return _filled(shape, _fill_value(fill_value, "full_like"), dt, dev, requires_grad)
 
 
 def empty_like(t: Any, *, dtype: Any = None, device: str | None = None,
                requires_grad: bool = False) -> Tensor:
     """An undefined tensor of ``t``'s shape, dtype and device."""
-    shape, dt, dev = _like("empty_like", t, dtype, device)
+    shape, dt, dev = _like("empty_like", t, dtype, device, requires_grad)
     return _filled(shape, None, dt, dev, requires_grad)
 
 
 def arange(start: float, end: float | None = None, step: float = 1, *, dtype: Any = None,
            device: str = "cpu", requires_grad: bool = False) -> Tensor:
     """start, start + step, ... up to ``end`` excluded (``torch.arange``;
-    ``arange(n)`` counts from 0). Values are start + i * step in float64,
-    then rounded to ``dtype``; a float tensor, not PyTorch's int64."""
+    ``arange(n)`` counts from 0): int64 when start, end and step are all
+    ints (exact), else the default float, as PyTorch's. Float values are
+    start + i * step in float64, then rounded to ``dtype``."""
     if end is None:
         start, end = 0, start
     a, b = real_number(start, "arange", "start"), real_number(end, "arange", "end")
@@ -157,9 +181,14 @@ def arange(start: float, end: float | None = None, step: float = 1, *, dtype: An
     if (b - a) * s < 0:
         raise ValueError(f"arange: step {s} points away from end {b} (start {a}); PyTorch "
                          f"refuses it too")
-    n = math.ceil((b - a) / s)
-    return _from_host(a + np.arange(n, dtype=np.float64) * s, float_dtype(dtype, "arange"), device,
-                      requires_grad)
+    ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+               for v in (start, end, step))
+    dt = _dtype(dtype, "arange", requires_grad, np.int64 if ints else None)
+    if ints:
+        values = np.arange(int(start), int(end), int(step), dtype=np.int64)
+    else:
+        values = a + np.arange(math.ceil((b - a) / s), dtype=np.float64) * s
+    return _from_host(values, dt, device, requires_grad)
 
 
 def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: str = "cpu",
@@ -172,14 +201,15 @@ def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device:
     i = np.arange(n, dtype=np.float64)
     step = (b - a) / (n - 1) if n > 1 else 0.0
     values = np.where(i < n // 2, a + i * step, b - (n - 1 - i) * step) if n > 1 else i + a
-    return _from_host(values, float_dtype(dtype, "linspace"), device, requires_grad)
+    return _from_host(values, _dtype(dtype, "linspace", requires_grad), device, requires_grad)
 
 
 def eye(n: int, m: int | None = None, *, dtype: Any = None, device: str = "cpu",
         requires_grad: bool = False) -> Tensor:
     """An n x m identity (``torch.eye``; m defaults to n)."""
     rows, cols = _size((n, n if m is None else m), "eye")
-    return _from_host(np.eye(rows, cols), float_dtype(dtype, "eye"), device, requires_grad)
+    return _from_host(np.eye(rows, cols), _dtype(dtype, "eye", requires_grad), device,
+                      requires_grad)
 
 
 def _random_fill(shape: tuple, kind: int, a: float, b: float, dtype: np.dtype,
@@ -221,14 +251,16 @@ def normal(mean: float, std: float, size: Any, *, dtype: Any = None, device: str
 def rand_like(t: Any, *, dtype: Any = None, device: str | None = None,
               requires_grad: bool = False) -> Tensor:
     """``rand`` in ``t``'s shape, dtype and device."""
-    shape, dt, dev = _like("rand_like", t, dtype, device)
+    shape, dt, dev = _like("rand_like", t, dtype, device, requires_grad)
+    dt = float_dtype(dt, "rand_like")
     return _random_fill(shape, UNIFORM, 0.0, 1.0, dt, dev, requires_grad)
 
 
 def randn_like(t: Any, *, dtype: Any = None, device: str | None = None,
                requires_grad: bool = False) -> Tensor:
     """``randn`` in ``t``'s shape, dtype and device."""
-    shape, dt, dev = _like("randn_like", t, dtype, device)
+    shape, dt, dev = _like("randn_like", t, dtype, device, requires_grad)
+    dt = float_dtype(dt, "randn_like")
     return _random_fill(shape, NORMAL, 0.0, 1.0, dt, dev, requires_grad)
 
 

@@ -21,10 +21,12 @@ import numpy as np
 
 from .. import buffers, kernels
 from ..kernels import codes
+from ..kernels.cpu import integer as ic
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (broadcast_shape, is_scalar, ones, operand, pair, reshaped, result,
-                      scalar_of, view2d)
+from . import _integer
+from ._common import (broadcast_shape, integral, is_scalar, ones, operand, pair, reshaped,
+                      result, scalar_of, view2d)
 
 
 def _merged(kern: Any, shape: tuple, arrays: tuple) -> tuple[tuple, list]:
@@ -66,9 +68,11 @@ def _merged(kern: Any, shape: tuple, arrays: tuple) -> tuple[tuple, list]:
 
 # ------------------------------------------------------------------ unary
 def _unary(code: int, x: Any, p: float, op: str) -> Tensor:
-    x = operand(x, op)
+    x = operand(x, op, ints=code in _INT_UNARY)
     kern, xd = x._kern, x._data
     dtype = xd.dtype
+    if dtype.kind != "f":
+        return _integer.unary(_INT_UNARY[code], x, op)
     out = buffers.take(kern, xd.shape, dtype)
     if len(xd.shape) <= 2:
         x2, o2, name = view2d(xd), view2d(out), "unary"
@@ -144,11 +148,12 @@ def pow(x: Any, p: Any) -> Tensor:  # noqa: A001 (ng.pow, as torch.pow)
     raised to a tensor ``p`` (``2.0 ** t``; its gradient p's: x ** p * log(x),
     0 where x == 0 and p >= 0, as PyTorch's), or tensor to tensor with
     broadcasting (nan where x < 0 and p is not an integer, as PyTorch)."""
+    if integral(x) or integral(p):    # integers to integer powers stay integers
+        return _binary(codes.POW_TENSOR, x, p, "pow")
     if is_scalar(x) and not is_scalar(p):
         return _unary(codes.RPOW_S, p, float(x), "pow")
     if not is_scalar(p):     # a tensor exponent: one binary kernel, broadcast
-        a, b = pair(x, p, "pow")
-        return _binary(codes.POW_TENSOR, a, b, "pow")
+        return _binary(codes.POW_TENSOR, x, p, "pow")
     return _unary(codes.POW, x, float(p), "pow")
 
 
@@ -176,16 +181,32 @@ _WITH_SCALAR = {
     codes.DIV: (lambda s: (codes.DIV_S, s), lambda s: (codes.RDIV_S, s)),
 }
 _NAMES = {codes.ADD: "add", codes.SUB: "sub", codes.MUL: "mul", codes.DIV: "div"}
+# the codes integer and bool operands keep their dtype through (the integer
+# kernels' codes); the others compute in floats, as PyTorch's true division
+_INT_BINARY = {codes.ADD: ic.ADD, codes.SUB: ic.SUB, codes.MUL: ic.MUL, codes.MAX: ic.MAX,
+               codes.MIN: ic.MIN, codes.FLOOR_DIVIDE: ic.FLOORDIV,
+               codes.REMAINDER: ic.REMAINDER, codes.FMOD: ic.FMOD, codes.POW_TENSOR: ic.POW}
+_BOOL = np.dtype(np.bool_)
+_INT_UNARY = {codes.NEG: ic.NEG, codes.ABS: ic.ABS, codes.SIGN: ic.SIGN}
 
 
 def _binary(code: int, a: Any, b: Any, op: str | None = None) -> Tensor:
     op = _NAMES[code] if op is None else op   # (ops/activations.py names its own codes)
-    if is_scalar(b) and not is_scalar(a):
-        c, p = _WITH_SCALAR[code][0](float(b))
-        return _unary(c, a, p, op)
-    if is_scalar(a) and not is_scalar(b):
-        c, p = _WITH_SCALAR[code][1](float(a))
-        return _unary(c, b, p, op)
+    if integral(a) or integral(b):
+        if code == codes.SUB and _BOOL in (getattr(a, "dtype", None), getattr(b, "dtype", None)):
+            raise TypeError(f"{op}: subtracting a bool tensor is not supported (as PyTorch); "
+                            "use ^ or logical_xor, or convert it with .long() or .float()")
+        icode = _INT_BINARY.get(code)
+        a, b = pair(a, b, op, ints=icode is not None)
+        if a._data.dtype.kind != "f":
+            return _integer.binary(icode, a, b, op)
+    elif code in _WITH_SCALAR:
+        if is_scalar(b) and not is_scalar(a):
+            c, p = _WITH_SCALAR[code][0](float(b))
+            return _unary(c, a, p, op)
+        if is_scalar(a) and not is_scalar(b):
+            c, p = _WITH_SCALAR[code][1](float(a))
+            return _unary(c, b, p, op)
     a, b = pair(a, b, op)
     ad, bd = a._data, b._data
     shape = broadcast_shape(ad.shape, bd.shape, op)
@@ -249,9 +270,12 @@ def div(a: Any, b: Any, *, rounding_mode: str | None = None) -> Tensor:
     if rounding_mode is None:
         return _binary(codes.DIV, a, b)
     if rounding_mode == "trunc":
+        if integral(a) or integral(b):
+            a, b = pair(a, b, "div", ints=True)
+            if a._data.dtype.kind != "f":
+                return _integer.binary(ic.TRUNCDIV, a, b, "div")
         return _unary(codes.TRUNC, _binary(codes.DIV, a, b), 0.0, "div")
     if rounding_mode == "floor":
-        a, b = pair(a, b, "div")
         return _binary(codes.FLOOR_DIVIDE, a, b, "div")
     raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
                      f"{rounding_mode!r}")

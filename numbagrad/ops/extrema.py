@@ -18,7 +18,7 @@ from ._lanes import grad_of, gradient_into, lanes
 
 # ------------------------------------------------------------ max / min
 def _extremum(x: Any, axis: Any, keepdims: bool, want_max: bool, op: str) -> Tensor:
-    x = operand(x, op)
+    x = operand(x, op, ints=True)
     plan = lanes(x, axis, keepdims, op)
     if plan.n == 0:
         raise ValueError(f"{op}: cannot reduce over a size-0 axis (tensor of {describe(x)}, "
@@ -72,7 +72,7 @@ def _with_indices(x: Any, axis: Any, keepdims: bool, want_max: bool, op: str) ->
     """PyTorch's ``torch.max(x, dim)``: (values, indices) over the one axis
     ``axis``; the values are ``x`` gathered at the indices, so the gradient
     goes to the element picked (the first of any ties), not split."""
-    x = operand(x, op)
+    x = operand(x, op, ints=True)
     if isinstance(axis, (tuple, list)):
         raise TypeError(f"{op}: axis must be an int to return (values, indices), as "
                         f"torch.{op}, got {axis!r}; a{op}(x, {axis!r}) reduces several axes")
@@ -134,7 +134,7 @@ def min(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,  #
 
 # ------------------------------------------------------------ argmax / argmin
 def _arg(x: Any, axis: Any, keepdims: bool, want_max: bool, op: str) -> Any:
-    x = operand(x, op)
+    x = operand(x, op, ints=True)
     if isinstance(axis, tuple):
         raise TypeError(f"{op}: axis must be None or an int, got the tuple {axis!r}")
     if axis is not None and x.ndim == 0:

@@ -232,7 +232,7 @@ def getitem(x: Any, key: Any) -> Tensor:
     has run). Without an array it is a view (on CUDA a copy when strided);
     with one a new array, whose gradient adds repeated indices up, as
     ``nn.Embedding``'s does."""
-    x = operand(x, "x[key]")
+    x = operand(x, "x[key]", ints=True)
     mask = _as_mask(key)
     if mask is not None:
         return _masked(x, mask)
@@ -335,7 +335,7 @@ def gather(x: Any, axis: int | None = None, index: Any = None, *, dim: int | Non
 
 def _gather(x: Any, axis: int, index: Any, op: str) -> Tensor:
     """``gather``, its errors naming ``op`` (``cross_entropy`` composes it)."""
-    x = operand(x, op)
+    x = operand(x, op, ints=True)
     if x.ndim == 0:
         raise ValueError(f"{op}: needs a tensor of at least 1 dim, got {describe(x)}")
     a = axis_of(axis, x.ndim, op)

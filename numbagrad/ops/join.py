@@ -10,6 +10,7 @@ gradient. ``split`` returns views (``x[..., a:b]``), ``pad`` a new array
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -17,25 +18,28 @@ from typing import Any
 
 import numpy as np
 
-from .. import buffers, kernels
+from .. import _dtypes, buffers, kernels
 from ..kernels.cpu.join import SLOTS
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import alias, axis_of, copy_strided, is_scalar, ones, operand, pair, reshaped, result
+from ._common import (alias, axis_of, cast, copy_strided, is_scalar, ones, operand, pair,
+                      reshaped, result)
 from .indexing import getitem
 from .shape import _expand_into, _view, broadcast_to
 
 
 def _tensors(tensors: Any, op: str) -> list[Tensor]:
-    """The inputs as tensors of one device and dtype (the first one's)."""
+    """The inputs as tensors of one device and dtype (all promoted to one)."""
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
         raise TypeError(f"{op}: expects a list or tuple of tensors, got "
                         f"{type(tensors).__name__}")
     if not tensors:
         raise ValueError(f"{op}: needs at least one tensor")
-    first = operand(tensors[0], op, "tensor 0")
-    return [first] + [pair(first, t, op, ("tensor 0", f"tensor {i}"))[1]
-                      for i, t in enumerate(tensors[1:], 1)]
+    first = operand(tensors[0], op, "tensor 0", ints=True)
+    rest = [pair(first, t, op, ("tensor 0", f"tensor {i}"), ints=True)[1]
+            for i, t in enumerate(tensors[1:], 1)]
+    want = functools.reduce(_dtypes.promote_types, [t.dtype for t in rest], first.dtype)
+    return [cast(t, want) for t in [first] + rest]    # PyTorch's promotion, as torch.cat
 
 
 def concatenate(tensors: Any, axis: int = 0, *, dim: Any = None) -> Tensor:
@@ -152,7 +156,7 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0, *, dim: Any = None) -
     ``torch.split``'s second argument means part sizes instead."""
     if dim is not None:
         axis = alias("split", None if axis == 0 else axis, "axis", dim, "dim")
-    x = operand(x, "split")
+    x = operand(x, "split", ints=True)
     if x.ndim == 0:
         raise ValueError("split: a 0-d tensor cannot be split")
     a = axis_of(axis, x.ndim, "split")
@@ -205,7 +209,7 @@ def pad(x: Any, pad_width: Any, value: float = 0.0, mode: str = "constant") -> T
     (mirrored without the edge), "edge" (PyTorch's "replicate") or "wrap"
     (PyTorch's "circular"), the last three made of slices, flips and joins
     per padded dim, so their gradients add up where an element is copied."""
-    x = operand(x, "pad")
+    x = operand(x, "pad", ints=True)
     if not is_scalar(value):
         raise TypeError(f"pad: value must be a real number, got {value!r}")
     if mode not in _MODES:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import kernels
 from ..tensor import Tensor
-from ._common import axis_of, describe, operand
+from ._common import axis_of, describe, is_scalar, operand
 from .indexing import getitem
 from .join import cat, pad, split
 from .masks import where
@@ -49,7 +49,7 @@ def _axes(dims: Any, ndim: int, op: str) -> tuple[int, ...]:
 def flip(x: Any, dims: Any) -> Tensor:
     """``x`` reversed along each of ``dims`` (``torch.flip``; NumPy's
     ``np.flip`` also takes no axis, meaning all). A view's copy."""
-    x = operand(x, "flip")
+    x = operand(x, "flip", ints=True)
     axes = _axes(dims, x.ndim, "flip")
     return getitem(x, tuple(slice(None, None, -1) if d in axes else slice(None)
                             for d in range(x.ndim)))
@@ -59,7 +59,7 @@ def roll(x: Any, shifts: Any, dims: Any = None) -> Tensor:
     """Elements shifted by ``shifts`` along ``dims``, wrapping around
     (``torch.roll``); without ``dims`` the flattened tensor is rolled and
     reshaped back."""
-    x = operand(x, "roll")
+    x = operand(x, "roll", ints=True)
     steps = _ints(shifts, "roll", "shifts")
     if dims is None:
         if len(steps) != 1:
@@ -88,30 +88,33 @@ def _band(x: Tensor, k: int, lower: bool, op: str) -> Tensor:
     n, m = x.shape[-2:]
     keep = np.tri(n, m, k, dtype=np.bool_) if lower else ~np.tri(n, m, k - 1, dtype=np.bool_)
     mask = Tensor(kernels.from_host(x._kern, keep), x._kern)
-    return where(mask, x, 0.0)
+    return where(mask, x, x.dtype.type(0))     # (a zero of x's dtype: ints stay ints)
 
 
 def tril(x: Any, diagonal: int = 0) -> Tensor:
     """The lower triangle of the last two dims: elements with j - i <=
     ``diagonal`` kept, the rest 0 (``torch.tril``; gradient 0 there)."""
-    return _band(operand(x, "tril"), diagonal, True, "tril")
+    return _band(operand(x, "tril", ints=True), diagonal, True, "tril")
 
 
 def triu(x: Any, diagonal: int = 0) -> Tensor:
     """The upper triangle: elements with j - i >= ``diagonal`` kept
     (``torch.triu``)."""
-    return _band(operand(x, "triu"), diagonal, False, "triu")
+    return _band(operand(x, "triu", ints=True), diagonal, False, "triu")
 
 
 def masked_fill(x: Any, mask: Any, value: float) -> Tensor:
     """``value`` where the boolean ``mask`` (broadcast to x) holds, else x
-    (``torch.masked_fill``: the filled places get no gradient). ``mask`` is
+    (``torch.masked_fill``: the filled places get no gradient; ``value`` is
+    cast to an integer x's dtype). ``mask`` is
     a boolean tensor or a host boolean array (uploaded to x's device).
     Unlike PyTorch's, the result may broadcast beyond x's shape, as
     ``where``'s does."""
-    x = operand(x, "masked_fill")
+    x = operand(x, "masked_fill", ints=True)
     if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and x.device != "cpu":
         mask = Tensor(kernels.from_host(x._kern, np.ascontiguousarray(mask)), x._kern)
+    if x.dtype.kind in "biu" and is_scalar(value):     # x's dtype, as PyTorch's
+        value = x.dtype.type(value)
     return where(mask, value, x)
 
 
@@ -119,7 +122,7 @@ def chunk(x: Any, chunks: int, dim: int = 0) -> list[Tensor]:
     """``x`` cut along ``dim`` into parts of ceil(n / chunks) elements, the
     last smaller, and fewer than ``chunks`` parts where they run out
     (``torch.chunk``; ``np.array_split`` balances the sizes instead)."""
-    x = operand(x, "chunk")
+    x = operand(x, "chunk", ints=True)
     (parts,) = _ints(chunks, "chunk", "chunks")
     if parts <= 0:
         raise ValueError(f"chunk: chunks must be > 0, got {parts}")
@@ -133,7 +136,7 @@ def chunk(x: Any, chunks: int, dim: int = 0) -> list[Tensor]:
 
 def unflatten(x: Any, dim: int, sizes: Any) -> Tensor:
     """Dim ``dim`` split into ``sizes`` (one may be -1), as ``torch.unflatten``."""
-    x = operand(x, "unflatten")
+    x = operand(x, "unflatten", ints=True)
     a = axis_of(dim, x.ndim, "unflatten", "dim")
     shape = _ints(sizes, "unflatten", "sizes")
     return reshape(x, x.shape[:a] + shape + x.shape[a + 1:])
@@ -144,7 +147,7 @@ def repeat(x: Any, *sizes: Any) -> Tensor:
     which is ``np.tile``; NumPy's ``np.repeat`` is ``repeat_interleave``).
     ``sizes`` may have more entries than x has dims (new leading dims),
     not fewer."""
-    x = operand(x, "repeat")
+    x = operand(x, "repeat", ints=True)
     reps = _ints(sizes[0] if len(sizes) == 1 else sizes, "repeat", "sizes")
     if len(reps) < x.ndim:
         raise ValueError(f"repeat: {len(reps)} sizes for a tensor of {x.ndim} dims "
@@ -161,7 +164,7 @@ def repeat(x: Any, *sizes: Any) -> Tensor:
 def tile(x: Any, dims: Any) -> Tensor:
     """``torch.tile``: ``repeat`` with ``dims`` padded by leading ones to x's
     rank."""
-    x = operand(x, "tile")
+    x = operand(x, "tile", ints=True)
     reps = _ints(dims, "tile", "dims")
     return repeat(x, (1,) * (x.ndim - len(reps)) + reps)
 
@@ -171,7 +174,7 @@ def repeat_interleave(x: Any, repeats: Any, dim: int | None = None) -> Tensor:
     (``torch.repeat_interleave``, NumPy's ``np.repeat``); ``repeats`` an
     int or one int per element of the dim; without ``dim`` x is flattened
     first."""
-    x = operand(x, "repeat_interleave")
+    x = operand(x, "repeat_interleave", ints=True)
     if dim is None:
         x, dim = reshape(x, (x.size,)), 0
     a = axis_of(dim, x.ndim, "repeat_interleave", "dim")
@@ -194,7 +197,7 @@ def diagonal(x: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
     """The diagonal of dims ``dim1`` and ``dim2`` (above it for ``offset`` >
     0), as the last dim of the result (``torch.diagonal``, ``np.diagonal``);
     a copy, not a view."""
-    x = operand(x, "diagonal")
+    x = operand(x, "diagonal", ints=True)
     if x.ndim < 2:
         raise ValueError(f"diagonal: needs a tensor of at least 2 dims, got {describe(x)}")
     a = axis_of(dim1, x.ndim, "diagonal", "dim1")
@@ -218,7 +221,7 @@ _diagonal = diagonal
 def diag(x: Any, diagonal: int = 0) -> Tensor:
     """``torch.diag``: a 1-D x gives the square matrix with x on its
     ``diagonal``-th diagonal (0 elsewhere); a 2-D x gives that diagonal."""
-    x = operand(x, "diag")
+    x = operand(x, "diag", ints=True)
     (k,) = _ints(diagonal, "diag", "diagonal")
     if x.ndim == 2:
         return _diagonal(x, k)
@@ -241,7 +244,7 @@ def meshgrid(*tensors: Any, indexing: str = "ij") -> list[Tensor]:
         tensors = tuple(tensors[0])
     if indexing not in ("ij", "xy"):
         raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
-    ts = [operand(t, "meshgrid") for t in tensors]
+    ts = [operand(t, "meshgrid", ints=True) for t in tensors]
     if any(t.ndim != 1 for t in ts):
         raise ValueError(f"meshgrid: takes 1-D tensors, got shapes {[t.shape for t in ts]}")
     swap = indexing == "xy" and len(ts) >= 2

@@ -103,7 +103,7 @@ def mse_loss(pred: Any, target: Any, reduction: str = "mean") -> Tensor:
 def _mse_operands(pred: Any, target: Any) -> tuple[Tensor, Any, Any]:
     """``mse_loss``'s checked operands: pred as a Tensor, and pred's and
     target's data, C-contiguous (copies where strided)."""
-    pred, target = pair(pred, target, "mse_loss", ("pred", "target"))
+    pred, target = pair(pred, target, "mse_loss", ("pred", "target"), promote=False)
     if pred._data.shape != target._data.shape:
         raise ValueError(f"mse_loss: pred shape {pred._data.shape} and target shape "
                          f"{target._data.shape} differ")
@@ -123,7 +123,8 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any,
         return _pointwise(codes.LOGITS_BCE, logits, target, reduction, 0.0,
                           "binary_cross_entropy_with_logits")
     check_reduction("binary_cross_entropy_with_logits", reduction)
-    x, t = pair(logits, target, "binary_cross_entropy_with_logits", ("logits", "target"))
+    x, t = pair(logits, target, "binary_cross_entropy_with_logits", ("logits", "target"),
+                promote=False)
     if x.shape != t.shape:
         raise ValueError(f"binary_cross_entropy_with_logits: logits shape {x.shape} and "
                          f"target shape {t.shape} differ")
@@ -205,7 +206,7 @@ def _cross_entropy_soft(x: Tensor, target: Any, reduction: str, smoothing: float
     op = "cross_entropy"
     if x.ndim < 2:
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
-    t = pair(x, target, op, ("logits", "target"))[1]     # (of x's shape: _probabilities)
+    t = pair(x, target, op, ("logits", "target"), promote=False)[1]     # (of x's shape: _probabilities)
     if smoothing:
         t = t * (1.0 - smoothing) + smoothing / x.shape[1]
     per = -reductions.sum(t * reductions.log_softmax(x, 1), axis=1)
@@ -373,7 +374,7 @@ def _flat(array: Any) -> Any:
 
 def _pointwise(code: int, pred: Any, target: Any, reduction: str, p: float, op: str) -> Tensor:
     reduce = check_reduction(op, reduction)
-    x, t = pair(pred, target, op, ("input", "target"))
+    x, t = pair(pred, target, op, ("input", "target"), promote=False)
     if x.shape != t.shape:
         raise ValueError(f"{op}: input shape {x.shape} and target shape {t.shape} differ "
                          "(no broadcasting, as mse_loss)")

@@ -2,8 +2,7 @@
 
 A comparison returns a boolean tensor on its operands' device that never
 carries a gradient; ``where`` takes it as its condition, ``astype`` turns
-it into a float mask. Arithmetic on a boolean tensor is an error (see
-``_common.refuse_bool``). Operands are viewed at one rank, at least
+it into a float mask (arithmetic promotes it, as PyTorch's). Operands are viewed at one rank, at least
 ``RANK``, with leading 1s, and broadcast inside the kernels (one launch a
 forward, one a gradient): a kernel compiles once per dtype, not per rank.
 """
@@ -13,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import buffers, kernels
+from .. import _dtypes, buffers, kernels
 from ..kernels.cpu.masks import EQ, GE, GT, LE, LT, NE, RANK
 from ..tape import Node, _Backward
 from ..tensor import _FLOATS, Tensor
-from ._common import (broadcast_shape, contiguous, describe, is_scalar, ones, operand, pair,
+from ._common import (broadcast_shape, cast, contiguous, describe, is_scalar, ones, operand, pair,
                       reshaped, result, scalar_of)
 
 _BOOL = np.dtype(np.bool_)
@@ -45,10 +44,12 @@ def _compare(code: int, a: Any, b: Any) -> Tensor:
         a, b, code = b, a, _FLIP[code]
     with_scalar = is_scalar(b)
     if with_scalar:
-        x = operand(a, op)
+        x = operand(a, op, ints=True)
+        if x._data.dtype.kind != "f":     # an int tensor beside 2.5 compares in floats
+            x = cast(x, _dtypes.result_type(x, b))
         s, y = float(b), x
     else:
-        x, y = pair(a, b, op)
+        x, y = pair(a, b, op, ints=True)
         s = 0.0
     shape = broadcast_shape(x.shape, y.shape, op)
     kern, rank = x._kern, max(len(shape), RANK)
@@ -142,11 +143,12 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
         kern, dtype, values = c._kern, np.dtype(np.float64), ()
         shapes = ()
     elif sa or sb:
-        t = operand(b if sa else a, "where", "second value" if sa else "first value")
+        t = operand(b if sa else a, "where", "second value" if sa else "first value", ints=True)
+        t = cast(t, _dtypes.result_type(t, a if sa else b))
         c = _condition(cond, t._kern)
         kern, dtype, values, shapes = t._kern, t.dtype, (t,), (t.shape,)
     else:
-        ta, tb = pair(a, b, "where", ("first value", "second value"))
+        ta, tb = pair(a, b, "where", ("first value", "second value"), ints=True)
         c = _condition(cond, ta._kern)
         kern, dtype, values, shapes = ta._kern, ta.dtype, (ta, tb), (ta.shape, tb.shape)
     shape = c.shape
@@ -180,27 +182,30 @@ def _where_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 
 
 def astype(x: Any, dtype: Any, copy: bool = False) -> Tensor:
-    """``x`` cast to float32 or float64: differentiable between floats (the
-    gradient is cast back); a boolean tensor becomes a 0/1 float mask with no
-    gradient. The same dtype returns ``x`` itself (no copy, as PyTorch's
-    ``.to``; NumPy's ``astype`` would copy) unless ``copy`` (``clone()``)."""
-    x = x if isinstance(x, Tensor) else operand(x, "astype")
+    """``x`` cast to ``dtype`` (any a tensor holds: float32, float64, the
+    integers, bool), as PyTorch's ``.to(dtype)``: differentiable between
+    floats (the gradient is cast back); any other cast carries no gradient
+    (floats to integers round toward zero, anything to bool is ``!= 0``).
+    The same dtype returns ``x`` itself (no copy, as PyTorch's ``.to``;
+    NumPy's ``astype`` would copy) unless ``copy`` (``clone()``)."""
+    x = x if isinstance(x, Tensor) else operand(x, "astype", ints=True)
+    if dtype is None:     # (np.dtype(None) would be float64)
+        raise TypeError(f"astype: None is not a dtype (tensor of {describe(x)})")
     try:
-        if dtype is None:     # (np.dtype(None) would be float64)
-            raise TypeError
-        want = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"astype: {dtype!r} is not a dtype (tensor of {describe(x)})") from None
-    if want not in _FLOATS:
-        raise TypeError(f"astype: cannot cast a tensor of {describe(x)} to {want}: tensors "
-                        "are float32 or float64 (a mask comes from a comparison)")
+        want = _dtypes.tensor_dtype(dtype, "astype")
+    except TypeError as exc:
+        raise TypeError(f"{exc} (tensor of {describe(x)})") from None
     if want == x.dtype and not copy:
         return x
     kern = x._kern
     out = buffers.take(kern, x.shape, want)
-    data = x._data if x.dtype == _BOOL else contiguous(x)
-    kernels.call(kern, "astype", out.size, _padded(data, 1), _padded(out, 1), 0.0)
-    if x.dtype == _BOOL:
+    data = contiguous(x)
+    if want == _BOOL and x.dtype != _BOOL:    # != 0 (a plain cast could round 0.5 to False)
+        kernels.call(kern, "compare", out.size, NE, _padded(data, RANK), _padded(data, RANK),
+                     _padded(out, RANK), x.dtype.type(0), True)
+    else:
+        kernels.call(kern, "astype", out.size, _padded(data, 1), _padded(out, 1), 0.0)
+    if x.dtype not in _FLOATS or want not in _FLOATS:
         return _mask(out, kern)
     return result(out, kern, (x,), _astype_backward, (want,))
 

@@ -85,7 +85,7 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 
 def _matmul_checked(a: Any, b: Any) -> Tensor:
-    a, b = pair(a, b, "matmul")
+    a, b = pair(a, b, "matmul", promote=False)
     sa, sb = a.shape, b.shape
     if len(sa) == 0 or len(sb) == 0:
         raise ValueError(f"matmul: operands must have at least 1 dim, got {describe(a)} and "
@@ -339,7 +339,7 @@ def _activation(activation: Any, negative_slope: Any) -> tuple[int, float]:
 
 def _linear_checked(x: Any, weight: Any, bias: Any, code: int, p: float) -> Tensor:
     op = "linear"
-    x, weight = pair(x, weight, op, ("input", "weight"))
+    x, weight = pair(x, weight, op, ("input", "weight"), promote=False)
     if weight.ndim != 2 or x.ndim == 0:
         raise ValueError(f"{op}: needs input of at least 1 dim and a 2-D weight, got input "
                          f"{describe(x)} and weight {describe(weight)}")
@@ -348,7 +348,7 @@ def _linear_checked(x: Any, weight: Any, bias: Any, code: int, p: float) -> Tens
         raise ValueError(f"{op}: input {describe(x)} has {features} features but weight "
                          f"{describe(weight)} expects {weight.shape[1]}")
     if bias is not None:
-        _, bias = pair(x, bias, op, ("input", "bias"))
+        _, bias = pair(x, bias, op, ("input", "bias"), promote=False)
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"{op}: bias {describe(bias)} does not match weight "
                              f"{describe(weight)}; expected shape ({weight.shape[0]},)")

@@ -41,7 +41,7 @@ def _affine(x: Tensor, t: Any, shape: tuple, op: str, what: str) -> Tensor | Non
     with x's dtype)."""
     if t is None:
         return None
-    _, t = pair(x, t, op, ("input", what))
+    _, t = pair(x, t, op, ("input", what), promote=False)
     if t.shape != shape:
         raise ValueError(f"{op}: {what} of {describe(t)} must have shape {shape} for the "
                          f"input of {describe(x)}")

@@ -8,16 +8,24 @@ import numpy as np
 
 from .. import buffers, kernels
 from ..kernels import codes
+from ..kernels.cpu import integer as ic
 from ..tape import Node, _Backward
 from ..tensor import Tensor
+from . import _integer
 from ._common import (alias, axes_of, broadcast_into, contiguous, describe, mean_scale, ones,
                       operand, padded2d, reduce_into, reshaped, result, scalar_of, view2d)
 
 
 def _reduce(x: Any, axis: Any, keepdims: bool, mean: bool, op: str) -> Tensor:
-    x = operand(x, op)
+    x = operand(x, op, ints=True)
     shape = x._data.shape
     ndim = len(shape)
+    if x._data.dtype.kind != "f":     # integers and bools: no gradient
+        if mean:
+            raise TypeError(f"mean: the mean of an integer or bool tensor ({describe(x)}) "
+                            "has no dtype to infer, as in PyTorch; use x.float().mean()")
+        axes = tuple(range(ndim)) if axis is None else axes_of(x, axis, op)
+        return _integer.reduce(ic.SUM, x, axes, keepdims, op)
     if axis is None:
         keep = (1,) * ndim
         out_shape = keep if keepdims else ()

@@ -93,7 +93,7 @@ def permute(x: Any, *dims: Any) -> Tensor:
     """``x.permute(*dims)`` / ``ng.permute(x, dims)``: the dims reordered, as
     ``torch.permute`` (a view on the CPU; on CUDA a copy unless it is a 2-D
     transpose)."""
-    x = operand(x, "permute")
+    x = operand(x, "permute", ints=True)
     dims = _dims(dims)
     perm = tuple(axis_of(d, x.ndim, "permute", "dim") for d in dims) if x.ndim else dims
     if len(dims) != x.ndim or sorted(perm) != list(range(x.ndim)):
@@ -122,7 +122,7 @@ def transpose(x: Any, dim0: int = -2, dim1: int = -1) -> Tensor:
     last two, so a 2-D call is the matrix transpose). A view on the CPU and
     for 2-D on CUDA (a GEMM reads it through its transpose flag), else on
     CUDA a copy. Needs 2 dims for the defaults, as PyTorch."""
-    x = operand(x, "transpose")
+    x = operand(x, "transpose", ints=True)
     a = axis_of(dim0, max(x.ndim, 1), "transpose", "dim0")
     b = axis_of(dim1, max(x.ndim, 1), "transpose", "dim1")
     perm = list(range(x.ndim))
@@ -151,7 +151,7 @@ def reshape(x: Any, *shape: Any) -> Tensor:
 
     A view when the data is C-contiguous, else a copy.
     """
-    x = operand(x, "reshape")
+    x = operand(x, "reshape", ints=True)
     return _reshaped(x, _new_shape(x, _dims(shape), "reshape"))
 
 
@@ -159,7 +159,7 @@ def view(x: Any, *shape: Any) -> Tensor:
     """``x.view(*shape)``: ``reshape`` that is always a view, so it needs
     C-contiguous data (PyTorch also views some strided layouts; use
     ``reshape``, which copies them)."""
-    x = operand(x, "view")
+    x = operand(x, "view", ints=True)
     new = _new_shape(x, _dims(shape), "view")
     if not x._kern.is_c_contiguous(x._data):
         raise ValueError(f"view: the data of a tensor of {describe(x)} is not "
@@ -211,7 +211,7 @@ def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 def flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     """``torch.flatten``: dims ``start_dim`` to ``end_dim`` merged into one (a
     0-d tensor becomes 1-D); a view when the data is C-contiguous, else a copy."""
-    x = operand(x, "flatten")
+    x = operand(x, "flatten", ints=True)
     n = max(x.ndim, 1)
     a, b = axis_of(start_dim, n, "flatten", "start_dim"), axis_of(end_dim, n, "flatten", "end_dim")
     if a > b:
@@ -227,7 +227,7 @@ def squeeze(x: Any, axis: Any = None, *, dim: Any = None) -> Tensor:
     silently keep it). A view (on CUDA a copy when the data is strided)."""
     if dim is not None:
         axis = alias("squeeze", axis, "axis", dim, "dim")
-    x = operand(x, "squeeze")
+    x = operand(x, "squeeze", ints=True)
     if axis is None:
         axes = tuple(d for d, n in enumerate(x.shape) if n == 1)
     else:
@@ -247,7 +247,7 @@ def unsqueeze(x: Any, axis: Any = None, *, dim: Any = None) -> Tensor:
         axis = alias("unsqueeze", axis, "axis", dim, "dim")
     elif axis is None:
         raise TypeError("unsqueeze: missing the axis (or dim) to insert")
-    x = operand(x, "unsqueeze")
+    x = operand(x, "unsqueeze", ints=True)
     a = axis_of(axis, x.ndim + 1, "unsqueeze")
     return _viewed(x, lambda d: np.expand_dims(d, a), _reshape_backward)
 
@@ -257,7 +257,7 @@ def broadcast_to(x: Any, shape: Any) -> Tensor:
     """``np.broadcast_to``: ``x`` repeated along new leading dims and along its
     size-1 dims to ``shape``. A view on the CPU (stride 0), a copy on CUDA;
     its gradient sums over the repeated dims."""
-    x = operand(x, "broadcast_to")
+    x = operand(x, "broadcast_to", ints=True)
     shape = _shape_of(shape, "broadcast_to")
     if len(shape) < x.ndim or any(n != m and n != 1 for n, m in
                                   zip(x.shape, shape[len(shape) - x.ndim:])):
@@ -275,7 +275,7 @@ _MAX_ELEMENTS = np.iinfo(np.intp).max   # NumPy's index type bounds any array's 
 
 def expand(x: Any, *shape: Any) -> Tensor:
     """``x.expand(*shape)``, PyTorch's: ``broadcast_to`` where -1 keeps a dim's size."""
-    x = operand(x, "expand")
+    x = operand(x, "expand", ints=True)
     shape = _shape_of(_dims(shape), "expand")
     lead = len(shape) - x.ndim
     if lead < 0 or -1 in shape[:lead]:

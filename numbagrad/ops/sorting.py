@@ -25,7 +25,7 @@ TopkResult = namedtuple("topk", ("values", "indices"))
 
 def _order(x: Any, dim: int, descending: bool, k: int | None, op: str) -> tuple:
     """(values, indices) of the first k (all: None) of each lane along dim."""
-    x = operand(x, op)
+    x = operand(x, op, ints=True)
     if not isinstance(descending, (bool, np.bool_)):
         raise TypeError(f"{op}: descending must be a bool, got {descending!r}")
     if x.ndim == 0:

@@ -29,6 +29,7 @@ from . import layout   # flip, roll, tril, repeat, ... (made of the ops above)
 from . import arith   # binary math: atan2, fmod, %, //, logaddexp, isclose, ...
 from . import einsum   # lowered to diagonal, sum and batched matmul
 from . import sorting   # sort, argsort, topk
+from . import bitwise   # & | ^ ~ << >>, logical_*: integer and bool tensors
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ class Op:
     the inputs must be > 0, "unit" inside (-1, 1), "above_one" > 1;
     ``targets``: how many of the last inputs are data the op never
     differentiates (a loss's target); ``args``: further arguments of that
-    test's call (an exponent, a shape).
+    test's call (an exponent, a shape). ``integer``: an op of integer and
+    bool tensors only (bitwise): its tests feed it those, and compare it
+    with the ``torch`` function of its name (it has no gradient).
     """
 
     name: str
@@ -63,6 +66,7 @@ class Op:
     domain: str = "real"
     targets: int = 0
     args: tuple = ()
+    integer: bool = False
 
     def __post_init__(self) -> None:
         if self.code is None and hasattr(self.fn, "code"):
@@ -216,7 +220,7 @@ OPS: tuple[Op, ...] = (
     Op("silu", activations.silu, codes.SILU, method=True, torch="F.silu(a)"),
     Op("softplus", activations.softplus, codes.SOFTPLUS, method=True,
        torch="F.softplus(a, 2.0, 1.5)", args=(2.0, 1.5)),
-    Op("abs", activations.abs, codes.ABS, method=True, numpy=("absolute",),
+    Op("abs", activations.abs, codes.ABS, method=True, operators=("__abs__",), numpy=("absolute",),
        torch="torch.abs(a)"),
     Op("clamp", activations.clamp, method=True, torch="torch.clamp(a, -0.5, 0.7)",
        args=(-0.5, 0.7)),
@@ -387,6 +391,23 @@ OPS: tuple[Op, ...] = (
     Op("softsign", activations.softsign, torch="F.softsign(a)"),
     Op("logsigmoid", activations.logsigmoid, torch="F.logsigmoid(a)"),
     Op("quick_gelu", activations.quick_gelu, torch="a * torch.sigmoid(1.702 * a)"),
+    # bitwise and logical: integer and bool tensors (ops/bitwise.py)
+    Op("bitwise_and", bitwise.bitwise_and, method=True, operators=("__and__", "__rand__"),
+       numpy=("bitwise_and",), integer=True),
+    Op("bitwise_or", bitwise.bitwise_or, method=True, operators=("__or__", "__ror__"),
+       numpy=("bitwise_or",), integer=True),
+    Op("bitwise_xor", bitwise.bitwise_xor, method=True, operators=("__xor__", "__rxor__"),
+       numpy=("bitwise_xor",), integer=True),
+    Op("bitwise_not", bitwise.bitwise_not, method=True, operators=("__invert__",),
+       numpy=("invert",), integer=True),
+    Op("bitwise_left_shift", bitwise.bitwise_left_shift, method=True,
+       operators=("__lshift__", "__rlshift__"), numpy=("left_shift",), integer=True),
+    Op("bitwise_right_shift", bitwise.bitwise_right_shift, method=True,
+       operators=("__rshift__", "__rrshift__"), numpy=("right_shift",), integer=True),
+    Op("logical_and", bitwise.logical_and, method=True, numpy=("logical_and",), integer=True),
+    Op("logical_or", bitwise.logical_or, method=True, numpy=("logical_or",), integer=True),
+    Op("logical_xor", bitwise.logical_xor, method=True, numpy=("logical_xor",), integer=True),
+    Op("logical_not", bitwise.logical_not, method=True, numpy=("logical_not",), integer=True),
     # (a new row goes here)
 )
 
@@ -400,10 +421,10 @@ FUNCTIONS = {f: op.fn for op in OPS for f in op.numpy if f not in UFUNCS}
 
 
 def _operator(fn: Callable, dunder: str) -> Callable:
-    if dunder == "__neg__":
+    if dunder in ("__neg__", "__invert__", "__abs__"):
         def run(self):
             return fn(self)
-    elif dunder.startswith("__r"):     # reflected: the tensor is the right operand
+    elif dunder.startswith("__r") and dunder != "__rshift__":   # reflected: tensor on the right
         def run(self, other):
             return fn(other, self)
     else:

@@ -119,7 +119,10 @@ def index_select(x, index, out):
         for i in range(out.shape[1]):
             r = _wrapped(index[i], n)
             for q in range(out.shape[2]):
-                out[p, i, q] = x[p, r, q] if r >= 0 else np.nan
+                if r >= 0:     # (two statements: one expression would make an integer x float)
+                    out[p, i, q] = x[p, r, q]
+                else:
+                    out[p, i, q] = np.nan
 
 
 @njit(cache=True, error_model="numpy")
@@ -153,7 +156,10 @@ def gather(x, index, out):
         for i in range(out.shape[1]):
             for q in range(out.shape[2]):
                 r = index[p, i, q]
-                out[p, i, q] = x[p, r, q] if 0 <= r < n else np.nan
+                if 0 <= r < n:
+                    out[p, i, q] = x[p, r, q]
+                else:
+                    out[p, i, q] = np.nan
 
 
 @njit(cache=True, error_model="numpy")
@@ -182,7 +188,10 @@ def index_select_nd(x, index, out):
         xr, o = x[idx], out[idx]
         for i in range(o.size):
             r = _wrapped(index[i], n)
-            o[i] = xr[r] if r >= 0 else np.nan
+            if r >= 0:
+                o[i] = xr[r]
+            else:
+                o[i] = np.nan
 
 
 @njit(cache=True, error_model="numpy")
@@ -219,7 +228,10 @@ def gather_nd(x, index, out):
         xr, ir, o = x[idx], index[idx], out[idx]
         for i in range(o.size):
             r = ir[i]
-            o[i] = xr[r] if 0 <= r < n else np.nan
+            if 0 <= r < n:
+                o[i] = xr[r]
+            else:
+                o[i] = np.nan
 
 
 @njit(cache=True, error_model="numpy")

@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+import numba
 from numba import cuda, float32, float64, types
 
 from .. import env_int
@@ -84,15 +85,22 @@ class Config(NamedTuple):
 
 _FACTORIES: dict[str, Callable] = {}     # name -> factory(config, numba dtype)
 _SIGNATURES: dict[str, Callable] = {}    # name -> signature(numba dtype)
-_NUMBA_TYPES = {np.dtype(np.float32): float32, np.dtype(np.float64): float64}
+_DTYPES: dict[str, tuple] = {}          # name -> the dtypes the PTX check compiles
+# every dtype a tensor may hold: integer and bool tensors run the kernels
+# whose formulas are type-generic (compare, where, astype, gathers, copies)
+_NUMBA_TYPES = {np.dtype(np.float32): float32, np.dtype(np.float64): float64,
+                **{np.dtype(t): numba.from_dtype(np.dtype(t))
+                   for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)}}
 _jitted: dict[tuple, object] = {}
 
 
-def kernel(name: str, signature: Callable) -> Callable:
-    """Register ``factory(config, dtype) -> python kernel`` under ``name``."""
+def kernel(name: str, signature: Callable, dtypes: tuple = (float32, float64)) -> Callable:
+    """Register ``factory(config, dtype) -> python kernel`` under ``name``;
+    ``dtypes``: those ``kernel_sources`` gives it (the others compile on use)."""
     def register(factory: Callable) -> Callable:
         _FACTORIES[name] = factory
         _SIGNATURES[name] = signature
+        _DTYPES[name] = dtypes
         return factory
     return register
 
@@ -101,7 +109,7 @@ def kernel_sources(tile: int = TILE, wpt: int = WPT, threads: int = THREADS) -> 
     """(name, python function, signature) for every kernel and dtype."""
     config = Config(tile, wpt, threads)
     return [(name, factory(config, dt), _SIGNATURES[name](dt))
-            for dt in (float32, float64) for name, factory in _FACTORIES.items()]
+            for name, factory in _FACTORIES.items() for dt in _DTYPES[name]]
 
 
 def compiled(name: str, dtype) -> object:

@@ -194,7 +194,8 @@ def _sum_to_source(config: Config, dtype):
 def fill(out, value) -> None:
     """out[...] = value."""
     if out.size:
-        launch("fill", out.dtype, grid(out.size), THREADS, flat(out), float(value))
+        value = float(value) if out.dtype.kind == "f" else out.dtype.type(value)   # ints exact
+        launch("fill", out.dtype, grid(out.size), THREADS, flat(out), value)
 
 
 def axpby(alpha, x, beta, y) -> None:

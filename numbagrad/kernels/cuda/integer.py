@@ -1,0 +1,97 @@
+"""CUDA kernels of integer and bool tensors: the CPU kernels' formulas
+(``kernels/cpu/integer.py``), one thread per output element (per row for
+``int_reduce``), one launch per call."""
+from __future__ import annotations
+
+__all__ = ["int_binary", "int_reduce", "int_unary"]   # the kernels this module registers
+
+from numba import cuda, int32, int64
+
+from ..cpu.integer import N_BINARY, N_REDUCE, N_UNARY, RMAX, RMIN, ARGMAX, PROD, SUM, \
+    int_scalar, int_unary_scalar
+from ..cpu.masks import RANK, offset
+from ._core import THREADS, Config, array_type, checked_code, flat, grid, kernel, launch
+
+_scalar = cuda.jit(device=True)(int_scalar)
+_unary_scalar = cuda.jit(device=True)(int_unary_scalar)
+_offset = cuda.jit(device=True)(offset)
+_INTS = (int32, int64)    # the dtypes compiled ahead for the PTX check
+
+
+def _n(dt):
+    return array_type(dt, RANK)
+
+
+@kernel("int_binary", lambda dt: (int64, _n(dt), array_type(dt, 1), _n(dt), array_type(dt, 1),
+                                  _n(dt), array_type(dt, 1)), dtypes=_INTS)
+def _int_binary_source(config: Config, dtype):
+    def int_binary_kernel(code, a, av, b, bv, out, o):
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < o.size:
+            o[k] = _scalar(code, av[_offset(k, out, a)], bv[_offset(k, out, b)])
+            k += stride
+
+    return int_binary_kernel
+
+
+@kernel("int_unary", lambda dt: (int64, array_type(dt, 1), array_type(dt, 1)), dtypes=_INTS)
+def _int_unary_source(config: Config, dtype):
+    def int_unary_kernel(code, x, o):
+        k = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while k < o.size:
+            o[k] = _unary_scalar(code, x[k])
+            k += stride
+
+    return int_unary_kernel
+
+
+@kernel("int_reduce", lambda dt: (int64, array_type(dt, 2), array_type(int64, 1)),
+        dtypes=_INTS)
+def _int_reduce_source(config: Config, dtype):
+    def int_reduce_kernel(code, x, out):
+        r = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        n = x.shape[1]
+        while r < out.size:
+            if code == SUM or code == PROD:
+                acc = 0 if code == SUM else 1
+                for j in range(n):
+                    acc = acc + x[r, j] if code == SUM else acc * x[r, j]
+                out[r] = acc
+            else:
+                best = x[r, 0]
+                at = 0
+                for j in range(1, n):
+                    v = x[r, j]
+                    if (v > best) if (code == RMAX or code == ARGMAX) else (v < best):
+                        best = v
+                        at = j
+                out[r] = best if code == RMAX or code == RMIN else at
+            r += stride
+
+    return int_reduce_kernel
+
+
+# ------------------------------------------------------------ launchers
+def int_binary(code, a, b, out) -> None:
+    """See ``kernels.cpu.int_binary``."""
+    code = checked_code("int_binary", code, N_BINARY)
+    if out.size:
+        launch("int_binary", out.dtype, grid(out.size), THREADS, code, a, flat(a), b, flat(b),
+               out, flat(out))
+
+
+def int_unary(code, x, out) -> None:
+    """See ``kernels.cpu.int_unary``."""
+    code = checked_code("int_unary", code, N_UNARY)
+    if out.size:
+        launch("int_unary", out.dtype, grid(out.size), THREADS, code, flat(x), flat(out))
+
+
+def int_reduce(code, x, out) -> None:
+    """See ``kernels.cpu.int_reduce``."""
+    code = checked_code("int_reduce", code, N_REDUCE)
+    if out.size:
+        launch("int_reduce", x.dtype, grid(out.size), THREADS, code, x, out)
