@@ -51,6 +51,8 @@ def test_max_pool2d_ceil_mode_and_indices_match_torch(kw):
 ])
 def test_max_unpool2d_matches_torch(kw, output_size):
     x = torch.tensor(inputs([X], seed=3)[0])
+    if output_size is None:
+        x = x[..., :4, :6]     # the default output size: (H - 1) * stride - 2 * padding + kernel
     pooled, idx = F.max_pool2d(x, return_indices=True, **kw)
     unpool = dict(kw, output_size=output_size)
     matches_torch(lambda t: ng.max_unpool2d(t, idx.numpy(), **unpool),

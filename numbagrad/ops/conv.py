@@ -25,12 +25,14 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
+
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (ArgumentLengthError, broadcast_into, contiguous, describe, ones, pair,
-                      permuted, reduce_into, reshaped, result)
-from .join import pad, stack
+from ._common import (ArgumentLengthError, broadcast_into, contiguous, copy_strided, describe,
+                      ones, pair, permuted, reduce_into, reshaped, result)
+from .join import pad
 from .shape import permute, reshape
 
 
@@ -281,24 +283,24 @@ def _conv_transpose(x: Any, weight: Any, bias: Any, stride: Any, padding: Any,
 
 def _conv_transpose_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tuple,
                             out_shape: tuple) -> Tensor:
-    """The input gradient of a convolution whose output is x: a GEMM per group
-    into columns, which ``col2im`` adds up into the output (onto the bias,
-    when there is one)."""
+    """The input gradient of a convolution whose output is x: a GEMM per image
+    and group into columns, which ``col2im`` adds up into the output (onto
+    the bias, when there is one)."""
     n, cin, cout, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (h, w), _, is_batched, rank \
         = geometry
     kern, dtype = x._kern, x._data.dtype
     cin_g, cout_g, length = cin // groups, cout // groups, n * h * w
     k_g = cout_g * kh * kw
-    # (N, C_in, H*W) -> (G, N*H*W, C_in/G), the GEMMs' layout (saved for dW)
-    xt = buffers.take(kern, (groups, length, cin_g), dtype)
-    kernels.call(kern, "expand_nd", xt.size,
-                 permuted(reshaped(contiguous(x), (n, groups, cin_g, h * w)), (1, 0, 3, 2)),
-                 reshaped(xt, (groups, n, h * w, cin_g)), 1.0, 0.0)
+    xs = _transpose_operand(kern, contiguous(x), geometry)
     w3 = reshaped(contiguous(weight), (groups, cin_g, k_g))
     cols = buffers.take(kern, (groups, n, h, w, cout_g, kh, kw), dtype)
     work = groups * length * k_g * cin_g
-    kernels.call(kern, "bgemm", work, xt, w3, reshaped(cols, (groups, length, k_g)),
-                 0, 0, 1.0, 0.0, 1, 1, 1, groups)
+    if groups == 1:   # cols[n] = x[n]^T @ W: x read in NCHW as it is
+        kernels.call(kern, "bgemm", work, xs, w3, reshaped(cols, (n, h * w, k_g)),
+                     1, 0, 1.0, 0.0, 1, 1, 1, n)
+    else:
+        kernels.call(kern, "bgemm", work, xs, w3, reshaped(cols, (groups, length, k_g)),
+                     0, 0, 1.0, 0.0, 1, 1, 1, groups)
     out = buffers.take(kern, out_shape, dtype)
     out4 = _as4d(out, out_shape, is_batched, rank)
     beta = 0.0
@@ -307,14 +309,31 @@ def _conv_transpose_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geom
         beta = 1.0
     kernels.call(kern, "col2im", out.size, cols, out4, sh, sw, ph, pw, dh, dw, beta)
     inputs = (x, weight) if bias is None else (x, weight, bias)
-    return result(out, kern, inputs, _conv_transpose_backward, (xt, w3, geometry, out_shape))
+    return result(out, kern, inputs, _conv_transpose_backward, (xs, w3, geometry, out_shape))
+
+
+def _transpose_operand(kern: Any, data: Any, geometry: tuple) -> Any:
+    """x (C-contiguous) as the GEMMs read it: (N, C_in, H*W) for one group;
+    else (G, N*H*W, C_in/G), reordered from a copy (``ng.compile`` replays
+    no strided view of an argument, which x may be)."""
+    n, cin, _, groups, _, _, _, _, (h, w), _, _, _ = geometry
+    if groups == 1:
+        return reshaped(data, (n, cin, h * w))
+    copy = buffers.take(kern, tuple(data.shape), data.dtype)
+    copy_strided(kern, data, copy)
+    cin_g = cin // groups
+    xt = buffers.take(kern, (groups, n * h * w, cin_g), data.dtype)
+    kernels.call(kern, "expand_nd", xt.size,
+                 permuted(reshaped(copy, (n, groups, cin_g, h * w)), (1, 0, 3, 2)),
+                 reshaped(xt, (groups, n, h * w, cin_g)), 1.0, 0.0)
+    return xt
 
 
 def _conv_transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     """The gradient is a convolution of it: ``im2col`` once, then dx = its
-    columns times the weight, dW = x's columns' transpose times them."""
+    columns times the weight, dW = x's transpose times them."""
     x, weight = node.inputs[:2]
-    xt, w3, geometry, out_shape = node.saved
+    xs, w3, geometry, out_shape = node.saved
     n, cin, cout, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (h, w), (oh, ow), \
         is_batched, rank = geometry
     kern, dtype = x._kern, w3.dtype
@@ -330,19 +349,26 @@ def _conv_transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     cols = buffers.take(kern, (groups, n, h, w, cout_g, kh, kw), dtype)
     kernels.call(kern, "im2col", cols.size, _as4d(g, out_shape, is_batched, rank), cols,
                  sh, sw, ph, pw, dh, dw)
-    cols3 = reshaped(cols, (groups, length, k_g))
     work = groups * length * k_g * cin_g
-    if weight.requires_grad:   # dW[g] = xt[g]^T @ cols[g]
+    one = groups == 1   # one group: per image, x and dx in NCHW as they are
+    cols3 = reshaped(cols, (n, h * w, k_g) if one else (groups, length, k_g))
+    count = n if one else groups
+    if weight.requires_grad:   # dW[g] = xt[g]^T @ cols[g] (one group: sum of x[n] @ cols[n])
         dest, beta = ctx.dest(weight)
-        kernels.call(kern, "bgemm", work, xt, cols3, reshaped(dest, w3.shape), 1, 0, 1.0, beta,
-                     1, 1, 1, groups)
-    if x.requires_grad:   # dx[g] = cols[g] @ W[g]^T, reordered into NCHW
-        prod = buffers.take(kern, (groups, length, cin_g), dtype)
-        kernels.call(kern, "bgemm", work, cols3, w3, prod, 0, 1, 1.0, 0.0, 1, 1, 1, groups)
-        dest, beta = ctx.dest(x)
-        kernels.call(kern, "expand_nd", dest.size,
-                     permuted(reshaped(prod, (groups, n, h * w, cin_g)), (1, 0, 3, 2)),
-                     reshaped(dest, (n, groups, cin_g, h * w)), 1.0, beta)
+        kernels.call(kern, "bgemm", work, xs, cols3, reshaped(dest, w3.shape), 0 if one else 1,
+                     0, 1.0, beta, 1, 1, 1, count)
+    if not x.requires_grad:
+        return
+    dest, beta = ctx.dest(x)
+    if one:   # dx[n] = W @ cols[n]^T
+        kernels.call(kern, "bgemm", work, w3, cols3, reshaped(dest, (n, cin, h * w)), 0, 1,
+                     1.0, beta, 1, 1, 1, n)
+        return
+    prod = buffers.take(kern, (groups, length, cin_g), dtype)   # dx[g] = cols[g] @ W[g]^T
+    kernels.call(kern, "bgemm", work, cols3, w3, prod, 0, 1, 1.0, 0.0, 1, 1, 1, groups)
+    kernels.call(kern, "expand_nd", dest.size,
+                 permuted(reshaped(prod, (groups, n, h * w, cin_g)), (1, 0, 3, 2)),
+                 reshaped(dest, (n, groups, cin_g, h * w)), 1.0, beta)
 
 
 def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
@@ -373,10 +399,11 @@ def conv3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     other arguments as ``conv2d``'s, with triples.
 
     Made of ``conv2d``: every output depth's KD input slices (zero-padded in
-    depth, strided, dilated) are stacked as channels, kernel depth within
+    depth, strided, dilated) are gathered as channels, kernel depth within
     each group, and one ``conv2d`` over the (N * OD) images with the weight
     laid out alike computes all of them in one GEMM per group; the
-    gradients follow from the ops it is made of."""
+    gradients follow from the ops it is made of (the gather's adds the
+    slices' gradients back up)."""
     op = "conv3d"
     x, weight, bias, is_batched, groups, cout = _operands(x, weight, bias, groups, 3, op)
     kd = weight.shape[2]
@@ -387,16 +414,14 @@ def conv3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     od, _, _ = _output_size(x, before, after, span, stride, 3, op)
     if not is_batched:
         x = reshape(x, (1,) + x.shape)
-    n, c, d, h, w = x.shape
+    n, c, _, h, w = x.shape
     cg = c // groups
     if before[0] or after[0]:
         x = pad(x, ((0, 0), (0, 0), (before[0], after[0]), (0, 0), (0, 0)))
-    sd, dd = stride[0], dilation[0]
-    # slice i: the input depths od*sd + i*dd, as (N, OD, G, C/G, H, W)
-    slices = [permute(reshape(x[:, :, i * dd:i * dd + (od - 1) * sd + 1:sd],
-                              (n, groups, cg, od, h, w)), (0, 3, 1, 2, 4, 5))
-              for i in range(kd)]
-    images = reshape(stack(slices, axis=3), (n * od, groups * kd * cg, h, w))
+    # depth i * dd + o * sd for kernel depth i and output depth o, in (i, o) order
+    depths = (np.arange(kd)[:, None] * dilation[0] + np.arange(od) * stride[0]).reshape(-1)
+    picked = reshape(x[:, :, depths], (n, groups, cg, kd, od, h, w))
+    images = reshape(permute(picked, (0, 4, 1, 3, 2, 5, 6)), (n * od, groups * kd * cg, h, w))
     w2 = reshape(permute(weight, (0, 2, 1, 3, 4)), (cout, kd * cg) + weight.shape[3:])
     if isinstance(padding, str):
         inner: Any = "valid" if padding == "valid" else "same"
