@@ -8,6 +8,7 @@ import pytest
 
 import numbagrad as ng
 from conftest import inputs, matches_torch
+from numbagrad.compile import compile as ng_compile
 from numbagrad.ops._common import ArgumentLengthError
 
 torch = pytest.importorskip("torch")
@@ -116,6 +117,29 @@ def test_layers_take_the_new_arguments():
                divisor_override=None)
     np.testing.assert_allclose(ng.nn.AvgPool2d(**avg)(ng.tensor(x)).numpy(),
                                torch.nn.AvgPool2d(**avg)(torch.tensor(x)).numpy(), rtol=1e-12)
+
+
+def test_compiled_step_is_bit_identical_to_eager(tmp_path):
+    def make():
+        return ng.param(np.random.default_rng(0).normal(size=(2, 5, 7)).astype(np.float32))
+    wa, wb = make(), make()
+
+    def loss_fn(w, x):
+        h, idx = ng.max_pool2d(x * w, 2, ceil_mode=True, return_indices=True)
+        up = ng.max_unpool2d(h, idx, 2, output_size=(5, 7))
+        return (up ** 2).sum() + ng.avg_pool2d(x * w, 3, 2, 1, ceil_mode=True,
+                                               count_include_pad=False).sum()
+    step = ng_compile(lambda x: loss_fn(wb, x), cache_dir=str(tmp_path))
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        x = ng.tensor(rng.normal(size=(2, 2, 5, 7)).astype(np.float32))
+        with ng.grad_tape():
+            la = loss_fn(wa, x)
+        la.backward()
+        lb = step(x)
+        assert la.numpy().tobytes() == lb.numpy().tobytes(), i
+        assert wa.grad.tobytes() == wb.grad.tobytes(), i
+    assert step.stats[-1]["mode"] == "njit"
 
 
 BAD = [

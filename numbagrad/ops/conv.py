@@ -1,5 +1,5 @@
-"""Convolutions (``conv1d``, ``conv2d``) in PyTorch's NCHW layout, forward
-beside backward.
+"""Convolutions (``conv1d``, ``conv2d``, ``conv3d``, ``conv_transpose1d``,
+``conv_transpose2d``) in PyTorch's NCHW layout, forward beside backward.
 
 The forward copies every input patch into a row of a pooled columns buffer
 (``im2col``, laid out (G, N, OH, OW, C/G, KH, KW): one row per output
@@ -14,6 +14,13 @@ With the patches as rows the GEMMs are (N*OH*OW x K) by (K x C_out) and
 the like, which OpenBLAS runs faster than their transposes on small
 channel counts (measured 1.3-1.5x on a digits CNN's second convolution).
 ``conv1d`` is ``conv2d`` of height 1.
+
+A transposed convolution is the input gradient of a convolution, and is
+computed as that one is: a GEMM into columns that ``col2im`` adds up into
+the output (onto the bias); its gradient is that convolution's forward
+(``im2col`` of the output gradient, then a GEMM each for dx and dW). With
+one group the GEMMs read x and write dx per image in NCHW as they are.
+``conv3d`` is made of ``conv2d`` (see its docstring).
 
 CUDA launches: at most 4 per forward (im2col, the bias, the GEMM and the
 reordering into NCHW) and, in the backward, 1 for the reordering of the

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
+from ..kernels.cpu.indexing import first_out_of_range, index_error
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import ArgumentLengthError, contiguous, describe, ones, operand, reshaped, result
@@ -67,14 +68,16 @@ def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
         x, kernel_size, stride, padding, dilation, ceil_mode, op)
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, x.shape[:-2] + (oh, ow), dtype)
-    idx = (kernels.empty(kern, shape4[:2] + (oh, ow), np.int64) if return_indices else
-           buffers.take(kern, shape4[:2] + (oh, ow), np.int64))
+    idx = buffers.take(kern, shape4[:2] + (oh, ow), np.int64)   # (ng.compile: a temp)
     out4 = _as4d(out, out.shape, is_batched, 2)
     kernels.call(kern, "max_pool2d", out.size, _as4d(contiguous(x), x.shape, is_batched, 2),
                  out4, idx, kh, kw, sh, sw, ph, pw, dh, dw)
     out = result(out, kern, (x,), _max_pool2d_backward,
                  (idx, out.shape, is_batched, (kh, kw, sh, sw, ph, pw, dh, dw)))
-    return (out, reshaped(idx, out.shape)) if return_indices else out
+    if not return_indices:
+        return out
+    buffers.retire(kern, idx)   # it leaves numbagrad: never handed out again
+    return out, reshaped(idx, out.shape)
 
 
 def _max_pool2d_backward(ctx: _Backward, node: Node, gout: Any) -> None:
@@ -165,7 +168,8 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: Any, stride: Any = None, pad
     and C dims) picks one within a stride of it. A repeated index keeps one
     value (the last on the CPU, as PyTorch's; max_pool2d's repeats are equal);
     the gradient of every input is its cell's. Host indices are checked
-    first; a CUDA device array's out-of-range ones are skipped."""
+    first (not again by a compiled step's replay: there, as with a CUDA
+    device array, an index out of range is skipped, never written)."""
     op = "max_unpool2d"
     x, is_batched = _batched(operand(x, op), 2, op)
     kernel = _ints(kernel_size, 2, op, "kernel_size", 1)
@@ -200,7 +204,17 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: Any, stride: Any = None, pad
         raise ValueError(f"{op}: indices of shape {shape} must have the input's shape "
                          f"{tuple(x.shape)}")
     plane = out_hw[0] * out_hw[1]
-    index, _ = _indices(kern, indices, op, 0, plane, -1)
+    if kern.name == "cpu" and isinstance(indices, np.ndarray) and indices.dtype == np.int64 \
+            and indices.flags.c_contiguous:
+        # max_pool2d's own indices, maybe made inside a compiled step: checked
+        # here, not as host data that ng.compile would hold fixed
+        bad = first_out_of_range(indices.reshape(-1), 0, plane)
+        if bad >= 0:
+            raise index_error(op, indices, bad, 0, plane, -1,
+                              f" (the flat position h * W + w in a {out_hw} output plane)")
+        index = indices
+    else:
+        index, _ = _indices(kern, indices, op, 0, plane, -1)
     shape4 = ((1,) if not is_batched else ()) + tuple(x.shape)
     planes, length = shape4[0] * shape4[1], shape4[2] * shape4[3]
     idx2 = reshaped(index, (planes, length))
