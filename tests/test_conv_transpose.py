@@ -22,9 +22,10 @@ CASES = [
      dict(stride=2, padding=1, output_padding=1, groups=2)),
     ("conv_transpose2d", (1, 2, 4, 3), (2, 2, 2, 3),
      dict(stride=(2, 1), padding=(0, 2), output_padding=(1, 0), dilation=(1, 2))),
-    ("conv_transpose2d", (2, 3, 4), (2, 3, 2, 2), dict(stride=3, output_padding=(2, 0))),  # unbatched
+    ("conv_transpose2d", (2, 3, 4), (2, 3, 2, 2), dict(stride=3, output_padding=(2, 0))),
+    # (above: unbatched; below: output_padding past the stride but under the dilation)
     ("conv_transpose2d", (1, 2, 3, 3), (2, 1, 2, 2), dict(stride=1, dilation=3,
-                                                         output_padding=2)),  # op < dilation
+                                                         output_padding=2)),
     ("conv_transpose1d", (2, 4, 5), (4, 1, 3), dict(stride=2, padding=1, output_padding=1,
                                                    groups=2)),
     ("conv_transpose1d", (3, 6), (3, 2, 2), dict(dilation=2)),                     # unbatched
@@ -66,6 +67,7 @@ def test_an_empty_batch_gives_zero_gradients_as_torch(name, ws, kw):
 # tiny shapes for the CUDA simulator
 DEVICE_CASES = [("conv_transpose2d", (1, 2, 2, 3), (2, 1, 2, 2),
                  dict(stride=2, padding=1, output_padding=1, groups=2)),
+                ("conv_transpose1d", (2, 2, 3), (2, 2, 2), dict(stride=2, output_padding=1)),
                 ("conv3d", (1, 2, 2, 3, 2), (2, 2, 2, 2, 1), dict(padding=(1, 0, 0)))]
 
 
