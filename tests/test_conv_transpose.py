@@ -25,9 +25,9 @@ CASES = [
     ("conv_transpose2d", (2, 3, 4), (2, 3, 2, 2), dict(stride=3, output_padding=(2, 0))),
     # (above: unbatched; below: output_padding past the stride but under the dilation)
     ("conv_transpose2d", (1, 2, 3, 3), (2, 1, 2, 2), dict(stride=1, dilation=3,
-                                                         output_padding=2)),
+                                                          output_padding=2)),
     ("conv_transpose1d", (2, 4, 5), (4, 1, 3), dict(stride=2, padding=1, output_padding=1,
-                                                   groups=2)),
+                                                    groups=2)),
     ("conv_transpose1d", (3, 6), (3, 2, 2), dict(dilation=2)),                     # unbatched
     ("conv3d", (2, 4, 4, 3, 5), (4, 2, 2, 3, 2), dict(stride=(2, 1, 2), padding=(1, 0, 1),
                                                       dilation=(2, 1, 1), groups=2)),

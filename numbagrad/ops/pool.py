@@ -156,7 +156,6 @@ def _adaptive_backward(ctx: _Backward, node: Node, gout: Any) -> None:
                  _as4d(g, g.shape, is_batched, 2), _as4d(dest, x.shape, is_batched, 2), beta)
 
 
-
 # ------------------------------------------------------------ max_unpool2d
 def max_unpool2d(x: Any, indices: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
                  output_size: Any = None) -> Tensor:
