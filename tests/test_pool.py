@@ -96,10 +96,6 @@ def test_max_pool_ties_padding_and_nan_follow_torch(dev):
 
 # ------------------------------------------------------------ bad input
 BAD = [
-    (lambda x: ng.max_pool2d(x, 2, ceil_mode=True), NotImplementedError, "ceil_mode"),
-    (lambda x: ng.avg_pool2d(x, 2, ceil_mode=True), NotImplementedError, "ceil_mode"),
-    (lambda x: ng.max_pool2d(x, 2, return_indices=True), NotImplementedError, "return_indices"),
-    (lambda x: ng.avg_pool2d(x, 2, divisor_override=2), NotImplementedError, "divisor_override"),
     (lambda x: ng.max_pool2d(x, 0), ValueError, "kernel_size must be >= 1"),
     (lambda x: ng.max_pool2d(x, (2, 2, 2)), TypeError, "tuple of 2 ints"),
     (lambda x: ng.max_pool2d(x, 2, padding=2), ValueError, "at most half of kernel_size"),

@@ -11,7 +11,8 @@ The namespace holds ``Module``, the layers, the containers and ``init``
 - ``containers.py``: ``Sequential``, ``ModuleList``, ``ModuleDict``;
 - ``loss.py``: the loss modules (``MSELoss``, ``CrossEntropyLoss``, ...);
 - ``fusion.py``: which ``Linear`` + activation pairs ``Sequential`` runs as one op;
-- ``conv.py``, ``norm.py``, ``attention.py``: the layer families;
+- ``conv.py`` (convolutions, pooling, ``Upsample``), ``norm.py``, ``attention.py``:
+  the layer families;
 - ``init.py``: ``torch.nn.init``'s initialisers;
 - ``functional.py``: the ops under ``torch.nn.functional``'s names (``F.relu``);
 - ``utils.py``: ``clip_grad_norm_``, ``clip_grad_value_``.
@@ -22,7 +23,8 @@ from .activation import (CELU, ELU, GELU, SELU, Hardsigmoid, Hardswish, Hardtanh
                          Softsign, Tanh)
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, Sequential
-from .conv import AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from .conv import (AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, Conv3d, ConvTranspose1d,
+                   ConvTranspose2d, MaxPool2d, MaxUnpool2d, Upsample)
 from .layers import Dropout, Embedding, Flatten, Identity, Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss,
                    NLLLoss, SmoothL1Loss)
@@ -36,4 +38,5 @@ __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmo
            "MultiheadAttention", "functional", "utils", "ELU", "SELU", "CELU", "Hardtanh",
            "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "QuickGELU",
            "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
-           "CrossEntropyLoss", "NLLLoss"]
+           "CrossEntropyLoss", "NLLLoss", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+           "MaxUnpool2d", "Upsample"]

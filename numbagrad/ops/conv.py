@@ -1,5 +1,5 @@
-"""Convolutions (``conv1d``, ``conv2d``) in PyTorch's NCHW layout, forward
-beside backward.
+"""Convolutions (``conv1d``, ``conv2d``, ``conv3d``, ``conv_transpose1d``,
+``conv_transpose2d``) in PyTorch's NCHW layout, forward beside backward.
 
 The forward copies every input patch into a row of a pooled columns buffer
 (``im2col``, laid out (G, N, OH, OW, C/G, KH, KW): one row per output
@@ -15,6 +15,13 @@ the like, which OpenBLAS runs faster than their transposes on small
 channel counts (measured 1.3-1.5x on a digits CNN's second convolution).
 ``conv1d`` is ``conv2d`` of height 1.
 
+A transposed convolution is the input gradient of a convolution, and is
+computed as that one is: a GEMM into columns that ``col2im`` adds up into
+the output (onto the bias); its gradient is that convolution's forward
+(``im2col`` of the output gradient, then a GEMM each for dx and dW). With
+one group the GEMMs read x and write dx per image in NCHW as they are.
+``conv3d`` is made of ``conv2d`` (see its docstring).
+
 CUDA launches: at most 4 per forward (im2col, the bias, the GEMM and the
 reordering into NCHW) and, in the backward, 1 for the reordering of the
 output gradient plus 1 for the bias, 1 for the weight and 2 for the input
@@ -25,11 +32,15 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
+
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (ArgumentLengthError, broadcast_into, contiguous, describe, ones, pair,
-                      permuted, reduce_into, reshaped, result)
+from ._common import (ArgumentLengthError, broadcast_into, contiguous, copy_strided, describe,
+                      ones, pair, permuted, reduce_into, reshaped, result)
+from .join import pad
+from .shape import permute, reshape
 
 
 def _ints(value: Any, n: int, op: str, what: str, minimum: int) -> tuple[int, ...]:
@@ -69,60 +80,92 @@ def _as4d(data: Any, shape: tuple, is_batched: bool, rank: int) -> Any:
     return reshaped(data, tuple(shape))
 
 
-def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
-          groups: Any, rank: int, op: str) -> Tensor:
+def _operands(x: Any, weight: Any, bias: Any, groups: Any, rank: int, op: str,
+              transposed: bool = False) -> tuple:
+    """The checked (x, weight, bias, is_batched, groups, out_channels): the
+    weight is (C_out, C_in / groups, *kernel), or (C_in, C_out / groups,
+    *kernel) for a transposed convolution, as PyTorch's."""
     x, weight = pair(x, weight, op, ("input", "weight"), promote=False)
     x, is_batched = _batched(x, rank, op)
+    layout = ("in_channels, out_channels / groups" if transposed else
+              "out_channels, in_channels / groups")
     if weight.ndim != rank + 2:
-        raise ValueError(f"{op}: weight must be {rank + 2}-D (out_channels, in_channels / "
-                         f"groups, *kernel_size), got {describe(weight)}")
+        raise ValueError(f"{op}: weight must be {rank + 2}-D ({layout}, *kernel_size), got "
+                         f"{describe(weight)}")
     if bias is not None:
         _, bias = pair(x, bias, op, ("input", "bias"), promote=False)
     if isinstance(groups, bool) or not hasattr(groups, "__index__") or groups < 1:
         raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
     groups = operator.index(groups)
     channels = x.shape[-rank - 1]
-    cout, cg = weight.shape[:2]
-    if channels % groups or cout % groups:
-        raise ValueError(f"{op}: groups={groups} must divide both the input's {channels} "
-                         f"channels and the weight's {cout} output channels (input "
-                         f"{describe(x)}, weight {describe(weight)})")
-    if cg * groups != channels:
-        raise ValueError(f"{op}: input {describe(x)} has {channels} channels but weight "
-                         f"{describe(weight)} with groups={groups} expects {cg * groups}")
+    if transposed:
+        if weight.shape[0] != channels:
+            raise ValueError(f"{op}: input {describe(x)} has {channels} channels but weight "
+                             f"{describe(weight)} expects {weight.shape[0]}")
+        if channels % groups:
+            raise ValueError(f"{op}: groups={groups} must divide the input's {channels} "
+                             f"channels (input {describe(x)}, weight {describe(weight)})")
+        cout = weight.shape[1] * groups
+    else:
+        cout, cg = weight.shape[:2]
+        if channels % groups or cout % groups:
+            raise ValueError(f"{op}: groups={groups} must divide both the input's {channels} "
+                             f"channels and the weight's {cout} output channels (input "
+                             f"{describe(x)}, weight {describe(weight)})")
+        if cg * groups != channels:
+            raise ValueError(f"{op}: input {describe(x)} has {channels} channels but weight "
+                             f"{describe(weight)} with groups={groups} expects {cg * groups}")
     if bias is not None and bias.shape != (cout,):
         raise ValueError(f"{op}: bias {describe(bias)} must have shape ({cout},) for weight "
                          f"{describe(weight)}")
-    kernel = tuple(weight.shape[2:])
-    if 0 in kernel:
+    if 0 in weight.shape[2:]:
         raise ValueError(f"{op}: weight {describe(weight)} has an empty kernel")
-    stride = _ints(stride, rank, op, "stride", 1)
-    dilation = _ints(dilation, rank, op, "dilation", 1)
-    span = tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))
-    if isinstance(padding, str):
-        if padding == "valid":
-            before = after = (0,) * rank
-        elif padding == "same":
-            if any(s != 1 for s in stride):
-                raise ValueError(f"{op}: padding='same' needs stride 1 (as PyTorch), got "
-                                 f"stride={stride}")
-            # PyTorch's split of an odd total: the extra row/column at the end
-            before = tuple((s - 1) // 2 for s in span)
-            after = tuple(s - 1 - b for s, b in zip(span, before))
-        else:
-            raise ValueError(f"{op}: padding must be 'same', 'valid', an int or a tuple of "
-                             f"{rank} ints, got {padding!r}")
-    else:
-        before = after = _ints(padding, rank, op, "padding", 0)
-    size = tuple(x.shape[-rank:])
-    if 0 in size:
+    if 0 in x.shape[-rank:]:
         raise ValueError(f"{op}: input {describe(x)} has an empty spatial dim (only the batch "
                          "dim may be 0)")
-    padded = tuple(n + b + a for n, b, a in zip(size, before, after))
+    return x, weight, bias, is_batched, groups, cout
+
+
+def _padding(padding: Any, stride: tuple, span: tuple, rank: int, op: str) -> tuple:
+    """(before, after): the zero padding of each spatial dim, from an int, a
+    tuple, "valid" or "same" (stride 1; an odd total puts the extra one after,
+    as PyTorch)."""
+    if not isinstance(padding, str):
+        before = _ints(padding, rank, op, "padding", 0)
+        return before, before
+    if padding == "valid":
+        return (0,) * rank, (0,) * rank
+    if padding == "same":
+        if any(s != 1 for s in stride):
+            raise ValueError(f"{op}: padding='same' needs stride 1 (as PyTorch), got "
+                             f"stride={stride}")
+        before = tuple((s - 1) // 2 for s in span)
+        return before, tuple(s - 1 - b for s, b in zip(span, before))
+    raise ValueError(f"{op}: padding must be 'same', 'valid', an int or a tuple of "
+                     f"{rank} ints, got {padding!r}")
+
+
+def _output_size(x: Tensor, before: tuple, after: tuple, span: tuple, stride: tuple,
+                 rank: int, op: str) -> tuple:
+    """The output's spatial size, or a clear error when the padded input is
+    smaller than the dilated kernel."""
+    padded = tuple(n + b + a for n, b, a in zip(x.shape[-rank:], before, after))
     if any(p < s for p, s in zip(padded, span)):
         raise ValueError(f"{op}: input {describe(x)} is too small: its padded size {padded} "
                          f"is smaller than the (dilated) kernel size {span}")
-    out_size = tuple((p - s) // st + 1 for p, s, st in zip(padded, span, stride))
+    return tuple((p - s) // st + 1 for p, s, st in zip(padded, span, stride))
+
+
+def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+          groups: Any, rank: int, op: str) -> Tensor:
+    x, weight, bias, is_batched, groups, cout = _operands(x, weight, bias, groups, rank, op)
+    channels = x.shape[-rank - 1]
+    kernel = tuple(weight.shape[2:])
+    stride = _ints(stride, rank, op, "stride", 1)
+    dilation = _ints(dilation, rank, op, "dilation", 1)
+    span = tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))
+    before, after = _padding(padding, stride, span, rank, op)
+    out_size = _output_size(x, before, after, span, stride, rank, op)
     if rank == 1:   # a 1-D convolution is a 2-D one of height 1
         kernel, stride, dilation, before = ((1,) + kernel, (1,) + stride, (1,) + dilation,
                                             (0,) + before)
@@ -209,3 +252,188 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     """PyTorch's ``F.conv1d``: x (N, C_in, L) or unbatched (C_in, L), weight
     (C_out, C_in / groups, K); the other arguments as ``conv2d``'s."""
     return _conv(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+# ------------------------------------------------------------ conv_transpose
+def _conv_transpose(x: Any, weight: Any, bias: Any, stride: Any, padding: Any,
+                    output_padding: Any, groups: Any, dilation: Any, rank: int,
+                    op: str) -> Tensor:
+    x, weight, bias, is_batched, groups, cout = _operands(x, weight, bias, groups, rank, op,
+                                                          transposed=True)
+    kernel = tuple(weight.shape[2:])
+    stride = _ints(stride, rank, op, "stride", 1)
+    padding = _ints(padding, rank, op, "padding", 0)
+    output_padding = _ints(output_padding, rank, op, "output_padding", 0)
+    dilation = _ints(dilation, rank, op, "dilation", 1)
+    if any(o >= s and o >= d for o, s, d in zip(output_padding, stride, dilation)):
+        raise ValueError(f"{op}: output_padding {output_padding} must be smaller than either "
+                         f"stride {stride} or dilation {dilation} (as PyTorch)")
+    size = tuple(x.shape[-rank:])
+    out_size = tuple((n - 1) * s - 2 * p + d * (k - 1) + o + 1 for n, s, p, d, k, o in
+                     zip(size, stride, padding, dilation, kernel, output_padding))
+    if any(o < 1 for o in out_size):
+        raise ValueError(f"{op}: input {describe(x)} with kernel {kernel}, stride {stride}, "
+                         f"padding {padding} and dilation {dilation} gives the empty output "
+                         f"size {out_size}")
+    if rank == 1:   # a height-1 2-D one
+        kernel, stride, padding, dilation = ((1,) + kernel, (1,) + stride, (0,) + padding,
+                                             (1,) + dilation)
+        size, out_hw = (1,) + size, (1,) + out_size
+    else:
+        out_hw = out_size
+    n = x.shape[0] if is_batched else 1
+    out_shape = ((n,) if is_batched else ()) + (cout,) + out_size
+    geometry = (n, x.shape[-rank - 1], cout, groups, kernel, stride, padding, dilation, size,
+                out_hw, is_batched, rank)
+    return _conv_transpose_forward(x, weight, bias, geometry, out_shape)
+
+
+def _conv_transpose_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tuple,
+                            out_shape: tuple) -> Tensor:
+    """The input gradient of a convolution whose output is x: a GEMM per image
+    and group into columns, which ``col2im`` adds up into the output (onto
+    the bias, when there is one)."""
+    n, cin, cout, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (h, w), _, is_batched, rank \
+        = geometry
+    kern, dtype = x._kern, x._data.dtype
+    cin_g, cout_g, length = cin // groups, cout // groups, n * h * w
+    k_g = cout_g * kh * kw
+    xs = _transpose_operand(kern, contiguous(x), geometry)
+    w3 = reshaped(contiguous(weight), (groups, cin_g, k_g))
+    cols = buffers.take(kern, (groups, n, h, w, cout_g, kh, kw), dtype)
+    work = groups * length * k_g * cin_g
+    if groups == 1:   # cols[n] = x[n]^T @ W: x read in NCHW as it is
+        kernels.call(kern, "bgemm", work, xs, w3, reshaped(cols, (n, h * w, k_g)),
+                     1, 0, 1.0, 0.0, 1, 1, 1, n)
+    else:
+        kernels.call(kern, "bgemm", work, xs, w3, reshaped(cols, (groups, length, k_g)),
+                     0, 0, 1.0, 0.0, 1, 1, 1, groups)
+    out = buffers.take(kern, out_shape, dtype)
+    out4 = _as4d(out, out_shape, is_batched, rank)
+    beta = 0.0
+    if bias is not None:
+        broadcast_into(kern, reshaped(contiguous(bias), (1, cout, 1, 1)), out4.shape, out4)
+        beta = 1.0
+    kernels.call(kern, "col2im", out.size, cols, out4, sh, sw, ph, pw, dh, dw, beta)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return result(out, kern, inputs, _conv_transpose_backward, (xs, w3, geometry, out_shape))
+
+
+def _transpose_operand(kern: Any, data: Any, geometry: tuple) -> Any:
+    """x (C-contiguous) as the GEMMs read it: (N, C_in, H*W) for one group;
+    else (G, N*H*W, C_in/G), reordered from a copy (``ng.compile`` replays
+    no strided view of an argument, which x may be)."""
+    n, cin, _, groups, _, _, _, _, (h, w), _, _, _ = geometry
+    if groups == 1:
+        return reshaped(data, (n, cin, h * w))
+    copy = buffers.take(kern, tuple(data.shape), data.dtype)
+    copy_strided(kern, data, copy)
+    cin_g = cin // groups
+    xt = buffers.take(kern, (groups, n * h * w, cin_g), data.dtype)
+    kernels.call(kern, "expand_nd", xt.size,
+                 permuted(reshaped(copy, (n, groups, cin_g, h * w)), (1, 0, 3, 2)),
+                 reshaped(xt, (groups, n, h * w, cin_g)), 1.0, 0.0)
+    return xt
+
+
+def _conv_transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    """The gradient is a convolution of it: ``im2col`` once, then dx = its
+    columns times the weight, dW = x's transpose times them."""
+    x, weight = node.inputs[:2]
+    xs, w3, geometry, out_shape = node.saved
+    n, cin, cout, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (h, w), (oh, ow), \
+        is_batched, rank = geometry
+    kern, dtype = x._kern, w3.dtype
+    cin_g, cout_g, length = cin // groups, cout // groups, n * h * w
+    k_g = cout_g * kh * kw
+    g = ones(kern, out_shape, dtype) if gout is None else gout
+    if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = sums over N, H, W
+        dest, beta = ctx.dest(node.inputs[2])
+        reduce_into(kern, reshaped(g, (n, cout, oh * ow)), reshaped(dest, (1, cout, 1)), 1.0,
+                    beta)
+    if not (weight.requires_grad or x.requires_grad):
+        return
+    cols = buffers.take(kern, (groups, n, h, w, cout_g, kh, kw), dtype)
+    kernels.call(kern, "im2col", cols.size, _as4d(g, out_shape, is_batched, rank), cols,
+                 sh, sw, ph, pw, dh, dw)
+    work = groups * length * k_g * cin_g
+    one = groups == 1   # one group: per image, x and dx in NCHW as they are
+    cols3 = reshaped(cols, (n, h * w, k_g) if one else (groups, length, k_g))
+    count = n if one else groups
+    if weight.requires_grad:   # dW[g] = xt[g]^T @ cols[g] (one group: sum of x[n] @ cols[n])
+        dest, beta = ctx.dest(weight)
+        kernels.call(kern, "bgemm", work, xs, cols3, reshaped(dest, w3.shape), 0 if one else 1,
+                     0, 1.0, beta, 1, 1, 1, count)
+    if not x.requires_grad:
+        return
+    dest, beta = ctx.dest(x)
+    if one:   # dx[n] = W @ cols[n]^T
+        kernels.call(kern, "bgemm", work, w3, cols3, reshaped(dest, (n, cin, h * w)), 0, 1,
+                     1.0, beta, 1, 1, 1, n)
+        return
+    prod = buffers.take(kern, (groups, length, cin_g), dtype)   # dx[g] = cols[g] @ W[g]^T
+    kernels.call(kern, "bgemm", work, cols3, w3, prod, 0, 1, 1.0, 0.0, 1, 1, 1, groups)
+    kernels.call(kern, "expand_nd", dest.size,
+                 permuted(reshaped(prod, (groups, n, h * w, cin_g)), (1, 0, 3, 2)),
+                 reshaped(dest, (n, groups, cin_g, h * w)), 1.0, beta)
+
+
+def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    """PyTorch's ``F.conv_transpose2d`` (the gradient of ``conv2d`` with respect
+    to its input): x (N, C_in, H, W) or unbatched (C_in, H, W), weight
+    (C_in, C_out / groups, KH, KW), bias (C_out,) or None; output size
+    (H - 1) * stride - 2 * padding + dilation * (KH - 1) + output_padding + 1.
+    ``output_padding`` must be smaller than stride or dilation. Note
+    PyTorch's order: ``groups`` before ``dilation``."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                           2, "conv_transpose2d")
+
+
+def conv_transpose1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    """PyTorch's ``F.conv_transpose1d``: x (N, C_in, L) or (C_in, L), weight
+    (C_in, C_out / groups, K); the other arguments as ``conv_transpose2d``'s."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                           1, "conv_transpose1d")
+
+
+# ------------------------------------------------------------ conv3d
+def conv3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:
+    """PyTorch's ``F.conv3d``: x (N, C_in, D, H, W) or unbatched (C_in, D, H, W),
+    weight (C_out, C_in / groups, KD, KH, KW), bias (C_out,) or None; the
+    other arguments as ``conv2d``'s, with triples.
+
+    Made of ``conv2d``: every output depth's KD input slices (zero-padded in
+    depth, strided, dilated) are gathered as channels, kernel depth within
+    each group, and one ``conv2d`` over the (N * OD) images with the weight
+    laid out alike computes all of them in one GEMM per group; the
+    gradients follow from the ops it is made of (the gather's adds the
+    slices' gradients back up)."""
+    op = "conv3d"
+    x, weight, bias, is_batched, groups, cout = _operands(x, weight, bias, groups, 3, op)
+    kd = weight.shape[2]
+    stride = _ints(stride, 3, op, "stride", 1)
+    dilation = _ints(dilation, 3, op, "dilation", 1)
+    span = tuple(d * (k - 1) + 1 for d, k in zip(dilation, weight.shape[2:]))
+    before, after = _padding(padding, stride, span, 3, op)
+    od, _, _ = _output_size(x, before, after, span, stride, 3, op)
+    if not is_batched:
+        x = reshape(x, (1,) + x.shape)
+    n, c, _, h, w = x.shape
+    cg = c // groups
+    if before[0] or after[0]:
+        x = pad(x, ((0, 0), (0, 0), (before[0], after[0]), (0, 0), (0, 0)))
+    # depth i * dd + o * sd for kernel depth i and output depth o, in (i, o) order
+    depths = (np.arange(kd)[:, None] * dilation[0] + np.arange(od) * stride[0]).reshape(-1)
+    picked = reshape(x[:, :, depths], (n, groups, cg, kd, od, h, w))
+    images = reshape(permute(picked, (0, 4, 1, 3, 2, 5, 6)), (n * od, groups * kd * cg, h, w))
+    w2 = reshape(permute(weight, (0, 2, 1, 3, 4)), (cout, kd * cg) + weight.shape[3:])
+    if isinstance(padding, str):
+        inner: Any = "valid" if padding == "valid" else "same"
+    else:
+        inner = before[1:]
+    out = conv2d(images, w2, bias, stride[1:], inner, dilation[1:], groups)
+    out = permute(reshape(out, (n, od, cout) + out.shape[2:]), (0, 2, 1, 3, 4))
+    return out if is_batched else reshape(out, out.shape[1:])

@@ -19,6 +19,7 @@ import numpy as np
 from ..kernels import codes
 from ..tensor import Tensor
 from . import conv, pool   # convolution and pooling
+from . import resample   # interpolate (made of indexing and matmul)
 from . import elementwise as ew
 from . import indexing, join, losses, masks, matmul, reductions, shape
 from . import dropout, embedding   # randomness; integer row lookups
@@ -273,12 +274,24 @@ OPS: tuple[Op, ...] = (
        sample=((2, 4, 7), (4, 2, 3)), args=(None, 2, 1, 1, 2)),
     Op("conv2d", conv.conv2d, torch="F.conv2d(a, b, None, 1, 1)",
        sample=((2, 2, 4, 5), (3, 2, 2, 3)), args=(None, 1, 1)),
+    Op("conv3d", conv.conv3d, torch="F.conv3d(a, b, None, (2, 1, 1), 1, 1, 2)",
+       sample=((1, 4, 4, 3, 4), (2, 2, 3, 2, 2)), args=(None, (2, 1, 1), 1, 1, 2)),
+    Op("conv_transpose1d", conv.conv_transpose1d,
+       torch="F.conv_transpose1d(a, b, None, 2, 1, 1, 2)", sample=((2, 4, 5), (4, 1, 3)),
+       args=(None, 2, 1, 1, 2)),
+    Op("conv_transpose2d", conv.conv_transpose2d,
+       torch="F.conv_transpose2d(a, b, None, 2, 1, (1, 0))", sample=((2, 2, 3, 4), (2, 3, 3, 2)),
+       args=(None, 2, 1, (1, 0))),
     Op("max_pool2d", pool.max_pool2d, torch="F.max_pool2d(a, 2, 1)", sample=((2, 2, 3, 4),),
        args=(2, 1)),
     Op("avg_pool2d", pool.avg_pool2d, torch="F.avg_pool2d(a, 3, 2, 1)", sample=((1, 2, 5, 4),),
        args=(3, 2, 1)),
     Op("adaptive_avg_pool2d", pool.adaptive_avg_pool2d, torch="F.adaptive_avg_pool2d(a, (2, 3))",
        sample=((1, 2, 5, 4),), args=((2, 3),)),
+    # (indices from max_pool2d(..., return_indices=True): tests/test_pool_options.py)
+    Op("max_unpool2d", pool.max_unpool2d),
+    Op("interpolate", resample.interpolate, torch="F.interpolate(a, (5, 3), None, 'bilinear')",
+       sample=((2, 2, 3, 4),), args=((5, 3), None, "bilinear")),
 
     # --- normalisation and attention
     # (weights, biases, running statistics and layers: tests/test_norm.py)

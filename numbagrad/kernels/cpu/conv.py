@@ -11,7 +11,8 @@ from __future__ import annotations
 
 # the kernels this module registers
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
-           "avg_pool2d_backward", "col2im", "im2col", "max_pool2d", "max_pool2d_backward"]
+           "avg_pool2d_backward", "col2im", "im2col", "max_pool2d", "max_pool2d_backward",
+           "max_unpool2d", "max_unpool2d_backward"]
 
 import numpy as np
 from numba import njit, uint64
@@ -129,14 +130,15 @@ def max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
     """out = the max of each window (padding never wins), idx = its position
     h * W + w in the plane: the first max in row-major window order, as
     PyTorch's CPU kernel (a nan counts as the max). x (N, C, H, W), out and
-    idx (N, C, OH, OW). The common 2x2 window without padding is unrolled
+    idx (N, C, OH, OW). The common 2x2 window inside x is unrolled
     (same order, same result): short inner loops cost 2x here."""
     N, C, OH, OW = out.shape
     H, W = x.shape[2], x.shape[3]
     xf, of, jf = x.reshape(x.size), out.reshape(out.size), idx.reshape(idx.size)
     P, HW, T = OH * OW, H * W, kh * kw
     neg = xf.dtype.type(-np.inf)
-    if kh == 2 and kw == 2 and ph == 0 and pw == 0:
+    if kh == 2 and kw == 2 and ph == 0 and pw == 0 and (OH - 1) * sh + dh < H \
+            and (OW - 1) * sw + dw < W:    # (ceil_mode's last windows can run past the edge)
         o = 0
         for p in range(N * C):
             base = p * HW
@@ -208,15 +210,21 @@ def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
     _store(acc, dest, b)
 
 
-def pool_divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad):
+def pool_divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad, divisor):
     """PyTorch's avg_pool2d divisor of window (oh, ow), and the window clipped
-    to the input: (divisor, h0, w0, h1, w1). Plain Python, compiled for
-    either device."""
+    to the input: (divisor, h0, w0, h1, w1). ``divisor`` > 0 overrides it;
+    else with ``include_pad`` it counts the padding, but not a ceil_mode
+    window's part past the padded edge. Plain Python, compiled for either
+    device."""
     h0, w0 = oh * sh - ph, ow * sw - pw
     h1, w1 = min(h0 + kh, H + ph), min(w0 + kw, W + pw)
     size = (h1 - h0) * (w1 - w0)
     h0, w0, h1, w1 = max(h0, 0), max(w0, 0), min(h1, H), min(w1, W)
-    return (size if include_pad else (h1 - h0) * (w1 - w0)), h0, w0, h1, w1
+    if divisor > 0:
+        size = divisor
+    elif not include_pad:
+        size = (h1 - h0) * (w1 - w0)
+    return size, h0, w0, h1, w1
 
 
 def adaptive_window(o, out_size, in_size):
@@ -230,9 +238,10 @@ _adaptive = njit(error_model="numpy", inline="always")(adaptive_window)
 
 
 @njit(cache=True, error_model="numpy")
-def avg_pool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad):
+def avg_pool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad, divisor):
     """out = the mean of each window, padding counted as zeros when
-    ``include_pad`` (PyTorch's count_include_pad)."""
+    ``include_pad`` (PyTorch's count_include_pad); the sum over ``divisor``
+    when it is > 0 (PyTorch's divisor_override)."""
     N, C, OH, OW = out.shape
     H, W = x.shape[2], x.shape[3]
     for n in range(N):
@@ -240,7 +249,7 @@ def avg_pool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad):
             for oh in range(OH):
                 for ow in range(OW):
                     div, h0, w0, h1, w1 = _divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw,
-                                                   include_pad)
+                                                   include_pad, divisor)
                     acc = 0.0
                     for h in range(h0, h1):
                         for w in range(w0, w1):
@@ -249,7 +258,7 @@ def avg_pool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad):
 
 
 @njit(cache=True, error_model="numpy")
-def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta):
+def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, divisor, beta):
     """dest = (g / divisor of every window holding the element, added up) + beta * dest."""
     b = _cast_like(dest, beta)
     N, C, OH, OW = g.shape
@@ -260,7 +269,7 @@ def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta):
             for oh in range(OH):
                 for ow in range(OW):
                     div, h0, w0, h1, w1 = _divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw,
-                                                   include_pad)
+                                                   include_pad, divisor)
                     for h in range(h0, h1):
                         for w in range(w0, w1):
                             acc[n, c, h, w] += g[n, c, oh, ow] / div
@@ -304,3 +313,32 @@ def adaptive_avg_pool2d_backward(g, dest, beta):
                         for w in range(w0, w1):
                             acc[n, c, h, w] += g[n, c, oh, ow] / ((h1 - h0) * (w1 - w0))
     _store(acc.reshape(acc.size), dest, b)
+
+
+@njit(cache=True, error_model="numpy")
+def max_unpool2d(x, idx, out):
+    """out[p, idx[p, i]] = x[p, i] in each plane p of (N*C, OH*OW), 0 elsewhere:
+    a repeated index keeps the last value, as PyTorch's CPU kernel; one
+    outside the plane (checked before the call) is skipped."""
+    M = out.shape[1]
+    of = out.reshape(out.size)
+    for e in range(of.size):
+        of[uint64(e)] = 0.0
+    for p in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            r = idx[p, i]
+            if 0 <= r < M:
+                out[p, r] = x[p, i]
+
+
+@njit(cache=True, error_model="numpy")
+def max_unpool2d_backward(g, idx, dest, beta):
+    """dest[p, i] = g[p, idx[p, i]] + beta * dest[p, i]: the gradient of
+    ``max_unpool2d`` (every input, a repeated index's too, reads its cell)."""
+    b = _cast_like(dest, beta)
+    M = g.shape[1]
+    for p in range(dest.shape[0]):
+        for i in range(dest.shape[1]):
+            r = idx[p, i]
+            v = g[p, r] if 0 <= r < M else g.dtype.type(0)
+            dest[p, i] = v if b == 0 else v + b * dest[p, i]

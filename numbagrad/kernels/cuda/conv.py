@@ -7,7 +7,8 @@ from __future__ import annotations
 
 # the kernels this module registers
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
-           "avg_pool2d_backward", "col2im", "im2col", "max_pool2d", "max_pool2d_backward"]
+           "avg_pool2d_backward", "col2im", "im2col", "max_pool2d", "max_pool2d_backward",
+           "max_unpool2d", "max_unpool2d_backward"]
 
 import math
 
@@ -153,15 +154,16 @@ def _max_pool2d_backward_source(config: Config, dtype):
     return max_pool2d_backward_kernel
 
 
-@kernel("avg_pool2d", lambda dt: (_a(dt, 4), _a(dt, 4), _I, _I, _I, _I, _I, _I, _B))
+@kernel("avg_pool2d", lambda dt: (_a(dt, 4), _a(dt, 4), _I, _I, _I, _I, _I, _I, _B, _I))
 def _avg_pool2d_source(config: Config, dtype):
-    def avg_pool2d_kernel(x, out, kh, kw, sh, sw, ph, pw, include_pad):
+    def avg_pool2d_kernel(x, out, kh, kw, sh, sw, ph, pw, include_pad, divisor):
         N, C, OH, OW = out.shape
         H, W = x.shape[2], x.shape[3]
         k = cuda.grid(1)
         while k < out.size:
             n, c, oh, ow = _nchw(k, C, OH, OW)
-            div, h0, w0, h1, w1 = _divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad)
+            div, h0, w0, h1, w1 = _divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad,
+                                           divisor)
             acc = 0.0
             for h in range(h0, h1):
                 for w in range(w0, w1):
@@ -173,9 +175,10 @@ def _avg_pool2d_source(config: Config, dtype):
 
 
 @kernel("avg_pool2d_backward", lambda dt: (_a(dt, 4), _a(dt, 4), _I, _I, _I, _I, _I, _I, _B,
-                                           dt))
+                                           _I, dt))
 def _avg_pool2d_backward_source(config: Config, dtype):
-    def avg_pool2d_backward_kernel(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta):
+    def avg_pool2d_backward_kernel(g, dest, kh, kw, sh, sw, ph, pw, include_pad, divisor,
+                                   beta):
         N, C, OH, OW = g.shape
         H, W = dest.shape[2], dest.shape[3]
         k = cuda.grid(1)
@@ -189,7 +192,7 @@ def _avg_pool2d_backward_source(config: Config, dtype):
                         u = w + pw - j
                         if u >= 0 and u % sw == 0 and u // sw < OW:
                             div = _divisor(t // sh, u // sw, H, W, kh, kw, sh, sw, ph, pw,
-                                           include_pad)[0]
+                                           include_pad, divisor)[0]
                             acc += g[n, c, t // sh, u // sw] / div
             _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
@@ -241,6 +244,51 @@ def _adaptive_avg_pool2d_backward_source(config: Config, dtype):
     return adaptive_avg_pool2d_backward_kernel
 
 
+@kernel("max_unpool2d_zero", lambda dt: (_a(dt, 2),))
+def _max_unpool2d_zero_source(config: Config, dtype):
+    def max_unpool2d_zero_kernel(out):
+        M = out.shape[1]
+        k = cuda.grid(1)
+        while k < out.size:
+            out[k // M, k % M] = 0.0
+            k += cuda.gridsize(1)
+
+    return max_unpool2d_zero_kernel
+
+
+@kernel("max_unpool2d", lambda dt: (_a(dt, 2), array_type(int64, 2), _a(dt, 2)))
+def _max_unpool2d_source(config: Config, dtype):
+    def max_unpool2d_kernel(x, idx, out):
+        L, M = x.shape[1], out.shape[1]
+        k = cuda.grid(1)
+        while k < x.size:
+            p, i = k // L, k % L
+            r = idx[p, i]
+            if 0 <= r < M:
+                out[p, r] = x[p, i]
+            k += cuda.gridsize(1)
+
+    return max_unpool2d_kernel
+
+
+@kernel("max_unpool2d_backward", lambda dt: (_a(dt, 2), array_type(int64, 2), _a(dt, 2), dt))
+def _max_unpool2d_backward_source(config: Config, dtype):
+    def max_unpool2d_backward_kernel(g, idx, dest, beta):
+        L, M = dest.shape[1], g.shape[1]
+        k = cuda.grid(1)
+        while k < dest.size:
+            p, i = k // L, k % L
+            r = idx[p, i]
+            v = g[p, r] if 0 <= r < M else 0.0
+            if beta == 0.0:
+                dest[p, i] = v
+            else:
+                dest[p, i] = v + beta * dest[p, i]
+            k += cuda.gridsize(1)
+
+    return max_unpool2d_backward_kernel
+
+
 # ------------------------------------------------------------ launchers
 def _run(name: str, size: int, out, *args) -> None:
     if size:
@@ -271,16 +319,16 @@ def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta) -> N
          int(sw), int(ph), int(pw), int(dh), int(dw), dest.dtype.type(beta))
 
 
-def avg_pool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad) -> None:
+def avg_pool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad, divisor) -> None:
     """See ``kernels.cpu.avg_pool2d``."""
     _run("avg_pool2d", out.size, out, x, out, int(kh), int(kw), int(sh), int(sw), int(ph),
-         int(pw), bool(include_pad))
+         int(pw), bool(include_pad), int(divisor))
 
 
-def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, beta) -> None:
+def avg_pool2d_backward(g, dest, kh, kw, sh, sw, ph, pw, include_pad, divisor, beta) -> None:
     """See ``kernels.cpu.avg_pool2d_backward``."""
     _run("avg_pool2d_backward", dest.size, dest, g, dest, int(kh), int(kw), int(sh), int(sw),
-         int(ph), int(pw), bool(include_pad), dest.dtype.type(beta))
+         int(ph), int(pw), bool(include_pad), int(divisor), dest.dtype.type(beta))
 
 
 def adaptive_avg_pool2d(x, out) -> None:
@@ -291,3 +339,16 @@ def adaptive_avg_pool2d(x, out) -> None:
 def adaptive_avg_pool2d_backward(g, dest, beta) -> None:
     """See ``kernels.cpu.adaptive_avg_pool2d_backward``."""
     _run("adaptive_avg_pool2d_backward", dest.size, dest, g, dest, dest.dtype.type(beta))
+
+
+def max_unpool2d(x, idx, out) -> None:
+    """See ``kernels.cpu.max_unpool2d``: two launches, zeros then the scatter
+    (a repeated index keeps one of its values, which max_pool2d's indices
+    make equal)."""
+    _run("max_unpool2d_zero", out.size, out, out)
+    _run("max_unpool2d", x.size, out, x, idx, out)
+
+
+def max_unpool2d_backward(g, idx, dest, beta) -> None:
+    """See ``kernels.cpu.max_unpool2d_backward``."""
+    _run("max_unpool2d_backward", dest.size, dest, g, idx, dest, dest.dtype.type(beta))
