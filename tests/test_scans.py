@@ -83,12 +83,12 @@ def test_against_torch_cuda(name):
                          ids=["prod", "cumprod", "logcumsumexp", "cummax", "norm"])
 def test_finite_differences(dev, f):
     a = np.random.default_rng(5).normal(size=(2, 3))
-    w = np.random.default_rng(6).normal(size=(3,) if f is not None else None)
+    w = np.random.default_rng(6).normal(size=(2, 3))
     x = dev.param(a)
 
     def loss():
         y = f(x)
-        return ng.sum(y * dev.tensor(np.resize(w, y.shape)))
+        return ng.sum(y * dev.tensor(w.reshape(-1)[:y.size].reshape(y.shape)))
     ng.testing.gradcheck(loss, [x])
 
 
@@ -119,8 +119,6 @@ def test_float32_and_nan(dev):
 
 def test_logcumsumexp_gradient_at_all_inf():
     for a in ([-np.inf, -np.inf, 1.0], [np.inf, 1.0, 2.0]):
-        matches_torch(lambda x: ng.logcumsumexp(x, 0), lambda x: torch.logcumsumexp(x, 0),
-                      [np.array(a)], name=str(a)) if False else None
         x = ng.param(np.array(a))
         with ng.grad_tape():
             y = ng.logcumsumexp(x, 0)

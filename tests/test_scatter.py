@@ -220,3 +220,17 @@ def test_errors(dev):
         x[np.array([0, 1]), np.array([1, 5])]
     with pytest.raises(IndexDtypeError):
         ng.masked_select(x, np.array([1, 0, 1, 0]))
+
+
+def test_setitem_with_several_arrays():
+    a = np.zeros((3, 4))
+    x = ng.tensor(a.copy())
+    key = (np.array([0, 2, 2]), np.array([1, 3, 1]))
+    x[key] = 1.5
+    a[key] = 1.5
+    np.testing.assert_array_equal(x.numpy(), a)
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
+        x[np.array([0, 1]), np.array([1, 4])] = 9.0
+    np.testing.assert_array_equal(x.numpy(), a)          # nothing written
+    with pytest.raises(IndexDtypeError):
+        x[np.array([0, 1]), np.array([1.0, 2.0])] = 9.0

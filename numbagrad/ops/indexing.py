@@ -233,14 +233,18 @@ def _masked(x: Tensor, mask: np.ndarray) -> Tensor:
 
 def getitem(x: Any, key: Any) -> Tensor:
     """``x[key]`` with NumPy's rules: integers, slices of any step, ``None``,
-    ``...``, and one integer array (a NumPy integer array of any shape, a
-    list, or on "cuda" a Numba device array) indexing one axis as NumPy's
-    advanced indexing does: indices in [-n, n) for an axis of n, negative ones
-    counting from the end, on the host and on the device alike (PyTorch's
-    rule too); any other raises IndexError (a device array's once its kernel
-    has run). Without an array it is a view (on CUDA a copy when strided);
-    with one a new array, whose gradient adds repeated indices up, as
-    ``nn.Embedding``'s does."""
+    ``...``, and integer arrays (NumPy integer arrays of any shape, lists,
+    the int64 indices ``argmax``/``topk`` return, or on "cuda" Numba device
+    arrays) as NumPy's advanced indexing: indices in [-n, n) for an axis of
+    n, negative ones counting from the end, on the host and on the device
+    alike (PyTorch's rule too); any other raises IndexError (a device array's
+    once its kernel has run), float or bool arrays IndexDtypeError. Several
+    arrays (``x[i, j]``, ``x[:, i, j]``, ``x[i, :, j]``) broadcast together,
+    their dims placed as NumPy places them: where the first was when they
+    are adjacent, else first (an int beside them counts as an array, as in
+    NumPy, where PyTorch indexes with it first). Without an array it is a
+    view (on CUDA a copy when strided); with arrays a new array, whose
+    gradient adds repeated indices up, as ``nn.Embedding``'s does."""
     x = operand(x, "x[key]")
     mask = _as_mask(key)
     if mask is not None:
