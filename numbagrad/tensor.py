@@ -414,6 +414,11 @@ class Tensor:
             key = key.numpy()
         elif isinstance(key, tuple):
             key = tuple(k.numpy() if isinstance(k, Tensor) else k for k in key)
+        for k in key if isinstance(key, tuple) else (key,):
+            if isinstance(k, np.ndarray) and k.dtype.kind not in "iub":
+                raise ops._common.IndexDtypeError(
+                    f"x[key] = value: index arrays must be integers (or a boolean mask), "
+                    f"got dtype {k.dtype}")
         if self._kern.name == "cpu":
             self._data[key] = value
         else:

@@ -152,8 +152,8 @@ def test_bad_indices_raise_before_anything_runs(dev):
         x[..., np.array([[0], [7]])]
     with pytest.raises(IndexError, match="too many indices"):
         x[0, 0, 0]
-    with pytest.raises(IndexError, match="at most one integer array"):
-        x[[0], [1]]
+    with pytest.raises(IndexError, match="cannot be broadcast together"):
+        x[[0, 1], [1, 2, 0]]
     with pytest.raises(TypeError, match="bool keys are not supported"):
         x[True]
     with pytest.raises(TypeError, match="indices must be integers, got dtype float64"):

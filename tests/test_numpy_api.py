@@ -66,7 +66,7 @@ OTHERS = [
     (lambda t: np.dot(t, t.T), "numpy.dot .*ng.matmul"),
     (lambda t: np.clip(t, 0, 1), "numpy.clip .*ng.clip"),
     (lambda t: np.cumsum(t), "numpy.cumsum .*ng.cumsum"),
-    (lambda t: np.linalg.norm(t), r"numpy.linalg.norm .*ng.sqrt\(ng.sum"),
+    (lambda t: np.linalg.norm(t), r"numpy.linalg.norm .*ng.norm\(x, p, dim\)"),
     (lambda t: np.copy(t), "numpy.copy .*x \\* 1.0"),
     (lambda t: np.ravel(t), r"numpy.ravel .*ng.reshape\(x, -1\)"),
     (lambda t: np.allclose(t, t), r"numpy.allclose .*t.numpy\(\)"),
@@ -75,7 +75,7 @@ OTHERS = [
     (lambda t: np.sort(t), "numpy.sort .*no op for it.*no ng alternative"),
     (lambda t: np.unique(t), "numpy.unique .*no ng alternative"),
     (lambda t: np.hstack([t, t]), r"numpy.hstack .*ng.concatenate\(tensors, axis=1\)"),
-    (lambda t: np.cumprod(t), "numpy.cumprod .*no ng alternative"),
+    (lambda t: np.cumprod(t), r"numpy.cumprod .*ng.cumprod\(x, axis\)"),
     (lambda t: np.signbit(t), "numpy.signbit .*not differentiable"),    # a ufunc
     (lambda t: np.where(t > 0), r"numpy.where\(condition\) with one argument .*np.nonzero"),
 ]

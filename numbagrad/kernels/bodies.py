@@ -165,3 +165,99 @@ def cumsum_lane(x, out, reverse, beta, o, i):
         k = n - 1 - t if reverse else t
         acc += x[o, k, i]
         out[o, k, i] = acc if beta == 0 else acc + beta * out[o, k, i]
+
+
+# ------------------------------------------------------------ scans (kernels/*/scan.py)
+def cumprod_lane(x, out, o, i):
+    """Running float64 products along the lane."""
+    acc = 1.0
+    for k in range(x.shape[1]):
+        acc *= x[o, k, i]
+        out[o, k, i] = acc
+
+
+def cumprod_backward_lane(x, y, gout, dest, beta, o, i):
+    """The gradient of y = cumprod(x) along the lane without dividing by x
+    (exact where x is 0, as PyTorch's): dest[k] = y[k - 1] * s[k] with
+    s[k] = gout[k] + x[k + 1] * s[k + 1], from the end."""
+    n = x.shape[1]
+    s = 0.0
+    for t in range(n):
+        k = n - 1 - t
+        if t > 0:
+            s *= x[o, k + 1, i]
+        s += gout[o, k, i]
+        d = s if k == 0 else y[o, k - 1, i] * s
+        dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]
+
+
+def cumextrema_lane(x, out, idx, want_max, o, i):
+    """Running max (min) along the lane and where it was taken: ties take
+    the later index and nan sticks once seen, as PyTorch's cummax/cummin."""
+    best = 0.0
+    at = 0
+    for k in range(x.shape[1]):
+        v = x[o, k, i]
+        if k == 0 or (best == best and (v != v or (v >= best if want_max else v <= best))):
+            best = v
+            at = k
+        out[o, k, i] = best
+        idx[o, k, i] = at
+
+
+def cumextrema_backward_lane(idx, gout, dest, beta, o, i):
+    """dest = gout added at the indices the values came from + beta * dest."""
+    n = idx.shape[1]
+    for k in range(n):
+        dest[o, k, i] = 0.0 if beta == 0 else beta * dest[o, k, i]
+    for k in range(n):
+        dest[o, idx[o, k, i], i] += gout[o, k, i]
+
+
+def logcumsumexp_lane(x, out, o, i):
+    """Running log(sum(exp)) along the lane, in float64: each step adds the
+    smaller of (total, next) as log1p(exp(lo - hi)), so large values do not
+    overflow; -inf adds nothing, +inf and nan stick."""
+    acc = -math.inf
+    for k in range(x.shape[1]):
+        v = x[o, k, i]
+        if v != v or acc != acc:
+            acc = math.nan
+        else:
+            hi = acc if acc > v else v
+            lo = v if acc > v else acc
+            acc = hi if lo == -math.inf or hi == math.inf else hi + math.log1p(math.exp(lo - hi))
+        out[o, k, i] = acc
+
+
+def logcumsumexp_backward_lane(x, y, gout, dest, beta, o, i):
+    """PyTorch's logcumsumexp gradient, sum over k >= j of gout[k] exp(x[j] -
+    y[k]), as exp(x[j] + L+) - exp(x[j] + L-): L+- running reverse log-sums
+    of log(+-gout[k]) - y[k] over the positive (negative) gout, the others
+    counting as the lowest finite value (so nan where PyTorch's is)."""
+    n = x.shape[1]
+    low = -1.7976931348623157e308
+    pos = -math.inf
+    neg = -math.inf
+    for t in range(n):
+        k = n - 1 - t
+        g = gout[o, k, i]
+        lg = math.log(abs(g)) if g != 0 else low
+        yk = y[o, k, i]
+        a = (lg if g > 0 else low) - yk
+        b = (lg if g < 0 else low) - yk
+        if a != a or pos != pos:
+            pos = math.nan
+        else:
+            hi = pos if pos > a else a
+            lo = a if pos > a else pos
+            pos = hi if lo == -math.inf or hi == math.inf else hi + math.log1p(math.exp(lo - hi))
+        if b != b or neg != neg:
+            neg = math.nan
+        else:
+            hi = neg if neg > b else b
+            lo = b if neg > b else neg
+            neg = hi if lo == -math.inf or hi == math.inf else hi + math.log1p(math.exp(lo - hi))
+        xv = x[o, k, i]
+        d = math.exp(pos + xv) - math.exp(neg + xv)
+        dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]

@@ -45,6 +45,9 @@ _DIFFERENT = {
     "pad": "ng.pad takes NumPy's pad_width (one (before, after) pair per dim, first dim "
            "first), F.pad a flat tuple starting from the last dim; the same call would pad "
            "other dims, so use ng.pad with NumPy's form",
+    "unfold": "ng.unfold is Tensor.unfold (windows of one dim, x.unfold(dim, size, step)), "
+              "F.unfold extracts an image's sliding blocks (im2col), which numbagrad does not "
+              "have",
 }
 
 __all__ = [op.name for op in OPS if op.name in _TORCH_NAMES and op.name not in _DIFFERENT]

@@ -1,5 +1,5 @@
-"""Indexing: ``x[key]`` (NumPy's basic indexing, and one integer array as
-its advanced indexing on one axis) and ``torch.gather``.
+"""Indexing: ``x[key]`` (NumPy's basic indexing, and integer arrays as its
+advanced indexing) and ``torch.gather``.
 
 Basic indexing (integers, slices of any step, ``None``, ``Ellipsis``) is a
 view (see ``ops/shape.py``: on CUDA a copy when the result is strided); its
@@ -11,6 +11,12 @@ compiled step, ``ng.compile``, checks the ones it is given later before any
 kernel); a CUDA device array of indices is checked by the selecting kernel
 itself, which sets an error flag that the op reads back once (a 4-byte copy)
 and raises the same IndexError, so neither path reads or writes outside x.
+
+Several integer arrays in one key (``x[i, j]``, ``x[:, i, j]``, ``x[i, :, j]``)
+are broadcast together and placed as NumPy places them (first when a slice or
+None separates them); the indexed dims are moved together and merged, so the
+key becomes one array of flat indices on one dim (below) and the result's
+dims are moved into place: a composition of differentiable ops.
 
 One launch per forward and per gradient. An array index on a view whose
 dims do not merge into (pre, axis, post) reads the view in place
@@ -34,6 +40,7 @@ from ..tensor import Tensor
 from ._common import (IndexDtypeError, alias, axis_of, copy_strided, describe, ones, operand,
                       permuted, reshaped, result)
 from .shape import _view, _viewed, reshape
+from .shape import permute as _permute
 
 
 # ------------------------------------------------------------ helpers
@@ -142,8 +149,11 @@ def _parse(x: Tensor, key: Any) -> tuple:
     if sum(item is Ellipsis for item in key) > 1:
         raise IndexError("x[key]: at most one Ellipsis (...) per key")
     for item in key:
-        if isinstance(item, (bool, np.bool_, Tensor, float)) or (
-                isinstance(item, np.ndarray) and item.dtype == np.bool_):
+        if isinstance(item, np.ndarray) and item.dtype == np.bool_:
+            raise IndexDtypeError("x[key]: bool keys are not supported here: use integers, "
+                                  "slices, None, ..., integer arrays, or a boolean mask alone "
+                                  "(x[mask])")
+        if isinstance(item, (bool, np.bool_, Tensor, float)):
             raise TypeError(f"x[key]: {type(item).__name__} keys are not supported here: use "
                             "integers, slices, None, ..., one integer array, or a boolean "
                             "mask alone (x[mask])")
@@ -162,8 +172,7 @@ def _parse(x: Tensor, key: Any) -> tuple:
         n = x.shape[d]
         if _is_index_array(x._kern, item):
             if array is not None:
-                raise IndexError("x[key]: at most one integer array per key (advanced "
-                                 "indexing on one axis)")
+                raise IndexError("x[key]: several integer arrays go through _several")
             array = (d, v, item)
             advanced.append(pos)
             item = slice(None)
@@ -224,18 +233,25 @@ def _masked(x: Tensor, mask: np.ndarray) -> Tensor:
 
 def getitem(x: Any, key: Any) -> Tensor:
     """``x[key]`` with NumPy's rules: integers, slices of any step, ``None``,
-    ``...``, and one integer array (a NumPy integer array of any shape, a
-    list, or on "cuda" a Numba device array) indexing one axis as NumPy's
-    advanced indexing does: indices in [-n, n) for an axis of n, negative ones
-    counting from the end, on the host and on the device alike (PyTorch's
-    rule too); any other raises IndexError (a device array's once its kernel
-    has run). Without an array it is a view (on CUDA a copy when strided);
-    with one a new array, whose gradient adds repeated indices up, as
-    ``nn.Embedding``'s does."""
+    ``...``, and integer arrays (NumPy integer arrays of any shape, lists,
+    the int64 indices ``argmax``/``topk`` return, or on "cuda" Numba device
+    arrays) as NumPy's advanced indexing: indices in [-n, n) for an axis of
+    n, negative ones counting from the end, on the host and on the device
+    alike (PyTorch's rule too); any other raises IndexError (a device array's
+    once its kernel has run), float or bool arrays IndexDtypeError. Several
+    arrays (``x[i, j]``, ``x[:, i, j]``, ``x[i, :, j]``) broadcast together,
+    their dims placed as NumPy places them: where the first was when they
+    are adjacent, else first (an int beside them counts as an array, as in
+    NumPy, where PyTorch indexes with it first). Without an array it is a
+    view (on CUDA a copy when strided); with arrays a new array, whose
+    gradient adds repeated indices up, as ``nn.Embedding``'s does."""
     x = operand(x, "x[key]", ints=True)
     mask = _as_mask(key)
     if mask is not None:
         return _masked(x, mask)
+    if sum(_is_index_array(x._kern, item) for item in
+           (key if isinstance(key, tuple) else (key,))) > 1:
+        return _several(x, key)
     basic, lattice, array, first_dims = _parse(x, key)
     if array is None:
         return _viewed(x, lambda a: a[basic], _basic_backward, (lattice,))
@@ -263,6 +279,82 @@ def getitem(x: Any, key: Any) -> Tensor:
     whole = view.shape == x.shape and all(b == slice(None) for b in basic[:-1])
     return result(out, kern, (x,), _select_backward,
                   (flat, shape, vshape, v, first_dims, None if whole else lattice, d))
+
+
+def _host_index(kern: Any, item: Any, n: int, d: int) -> np.ndarray:
+    """An integer key item (an int, list, NumPy or device array) as host int64
+    indices in [0, n), each checked to lie in [-n, n) for dim ``d``."""
+    if isinstance(item, (int, np.integer)):
+        host = np.asarray(item)
+    elif kern.name != "cpu" and kern.is_device_array(item):
+        host = kernels.to_host(kern, item)
+    else:
+        host = np.asarray(item if not isinstance(item, list) or item else np.zeros(0, np.int64))
+    if host.dtype.kind not in "iu" or host.dtype == np.bool_:
+        raise IndexDtypeError(f"x[key]: index arrays must be integers, got dtype {host.dtype}")
+    bad = first_out_of_range(np.ascontiguousarray(host).reshape(-1), -n, n)
+    if bad >= 0:
+        raise index_error("x[key]", host, bad, -n, n, d)
+    return host.astype(np.int64) % max(n, 1)
+
+
+def _several(x: Tensor, key: Any) -> Tensor:
+    """``x[key]`` for a key with several integer arrays (ints among them
+    count as 0-d arrays): NumPy's advanced indexing. The arrays broadcast
+    together; their dims go where the first array was when they are
+    adjacent in the key, else first. Every array is checked before anything
+    runs; CUDA device arrays are read on the host for it (one copy each)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(item is Ellipsis for item in key) > 1:
+        raise IndexError("x[key]: at most one Ellipsis (...) per key")
+    used = sum(item is not None and item is not Ellipsis for item in key)
+    if used > x.ndim:
+        raise IndexError(f"x[key]: too many indices ({used}) for a tensor of {describe(x)}")
+    at = next((i for i, item in enumerate(key) if item is Ellipsis), len(key))
+    full = key[:at] + (slice(None),) * (x.ndim - used) + key[at + 1:]
+    kern = x._kern
+    arrays, others, places = [], [], []
+    d = 0
+    for pos, item in enumerate(full):
+        if item is None or isinstance(item, slice):
+            others.append(item)
+            d += item is not None
+            continue
+        if isinstance(item, (bool, np.bool_)) or (isinstance(item, np.ndarray)
+                                                  and item.dtype == np.bool_):
+            raise IndexDtypeError("x[key]: boolean arrays cannot be combined with other "
+                                  "integer arrays here; use a boolean mask alone (x[mask])")
+        if not (_is_index_array(kern, item) or isinstance(item, (int, np.integer))):
+            if isinstance(item, (Tensor, float)):
+                raise IndexDtypeError(f"x[key]: index arrays must be integer arrays, got "
+                                      f"{type(item).__name__}")
+            raise TypeError(f"x[key]: cannot index with {item!r}")
+        arrays.append((d, _host_index(kern, item, x.shape[d], d)))
+        places.append(pos)
+        d += 1
+    try:
+        shape = np.broadcast_shapes(*(h.shape for _, h in arrays))
+    except ValueError:
+        raise IndexError("x[key]: shape mismatch: the index arrays' shapes "
+                         f"{[h.shape for _, h in arrays]} cannot be broadcast together") from None
+    dims = [dd for dd, _ in arrays]
+    rest = [dd for dd in range(x.ndim) if dd not in dims]
+    flat = np.zeros(shape, np.int64)
+    for dd, h in arrays:
+        flat = flat * x.shape[dd] + h
+    order = tuple(dims + rest)
+    moved = x if order == tuple(range(x.ndim)) else _permute(x, *order)
+    merged = reshape(moved, (int(np.prod([x.shape[dd] for dd in dims])),)
+                     + tuple(x.shape[dd] for dd in rest))
+    y = getitem(merged, (flat,) + tuple(others))
+    if places[-1] - places[0] != len(places) - 1:
+        return y     # separated: the index dims stay first, as NumPy's
+    before = sum(1 for item in full[:places[0]] if item is None or isinstance(item, slice))
+    k = len(shape)
+    if before == 0 or k == 0:
+        return y
+    perm = tuple(range(k, k + before)) + tuple(range(k)) + tuple(range(k + before, y.ndim))
+    return _permute(y, *perm)
 
 
 def _out3(kern: Any, out: Any, vshape: tuple, v: int, m: int, first_dims: bool) -> Any:

@@ -212,13 +212,14 @@ HINTS = {
     "argmin": "use ng.argmin(x, axis) (an index array, no gradient)",
     "nonzero": "it is not differentiable: np.nonzero(mask.numpy())",
     "var": "use ng.var(x, axis, correction=ddof)", "std": "use ng.std(x, axis, correction=ddof)",
-    "cumsum": "use ng.cumsum(x, axis)", "prod": _NONE.format("product reduction"),
+    "cumsum": "use ng.cumsum(x, axis)", "prod": "use ng.prod(x, axis)",
+    "cumprod": "use ng.cumprod(x, axis)",
     "hstack": "use ng.concatenate(tensors, axis=1)",
     "vstack": "use ng.concatenate(tensors, axis=0)",
     "copy": "use x * 1.0 (a recorded copy) or t.numpy() (the data)",
     "allclose": "compare the data: np.allclose(t.numpy(), ...)",
     "array_equal": "compare the data: np.array_equal(t.numpy(), ...)",
-    "linalg.norm": "use ng.sqrt(ng.sum(x * x))",
+    "linalg.norm": "use ng.norm(x, p, dim) (vector norms)",
     "astype": "use x.astype(dtype)", "copyto": "tensors are written by ops only",
 }
 _META = {"shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size}

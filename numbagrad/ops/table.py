@@ -31,6 +31,7 @@ from . import arith   # binary math: atan2, fmod, %, //, logaddexp, isclose, ...
 from . import einsum   # lowered to diagonal, sum and batched matmul
 from . import sorting   # sort, argsort, topk
 from . import bitwise   # & | ^ ~ << >>, logical_*: integer and bool tensors
+from . import scans, selection, vector_norm   # issue 30: scans, norm, scatter, unfold
 
 
 @dataclass(frozen=True)
@@ -421,6 +422,22 @@ OPS: tuple[Op, ...] = (
     Op("logical_or", bitwise.logical_or, method=True, numpy=("logical_or",), integer=True),
     Op("logical_xor", bitwise.logical_xor, method=True, numpy=("logical_xor",), integer=True),
     Op("logical_not", bitwise.logical_not, method=True, numpy=("logical_not",), integer=True),
+    # --- reductions, scans and indexing of issue 30 (ops/scans.py, ops/vector_norm.py,
+    # ops/selection.py; values and indices, scatters: tests/test_scans.py, test_scatter.py)
+    Op("prod", scans.prod, method=True, torch="torch.prod(a, 1)", args=(1,)),
+    Op("cumprod", scans.cumprod, method=True, torch="torch.cumprod(a, 1)", args=(1,)),
+    Op("cummax", scans.cummax, method=True),
+    Op("cummin", scans.cummin, method=True),
+    Op("logcumsumexp", scans.logcumsumexp, method=True, torch="torch.logcumsumexp(a, 0)",
+       args=(0,)),
+    Op("norm", vector_norm.norm, method=True, torch="torch.norm(a, 3, 1)", args=(3, 1)),
+    Op("scatter", selection.scatter, method=True),
+    Op("scatter_add", selection.scatter_add, method=True),
+    Op("scatter_reduce", selection.scatter_reduce, method=True),
+    Op("masked_select", selection.masked_select, method=True,
+       torch="torch.masked_select(a, torch.tensor([True, False, False, True]))",
+       args=(np.array([True, False, False, True]),)),
+    Op("unfold", selection.unfold, method=True, torch="a.unfold(1, 2, 1)", args=(1, 2, 1)),
     # (a new row goes here)
 )
 
