@@ -28,8 +28,8 @@ def float_dtype(dtype: Any, who: str) -> np.dtype:
     except TypeError:
         raise TypeError(f"{who}: {dtype!r} is not a dtype") from None
     if want not in _FLOATS:
-        raise TypeError(f"{who}: the dtype must be float32 or float64, got {want} (numbagrad "
-                        f"tensors hold floats)")
+        raise TypeError(f"{who}: the dtype must be float32 or float64, got {want} (a float "
+                        f"is needed here)")
     return want
 
 

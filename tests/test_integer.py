@@ -216,7 +216,8 @@ def test_integer_rows_match_torch(op, device):
             else:
                 same(getattr(a, dunder)(b), getattr(ta, dunder)(tb))
         for ufunc in op.numpy:
-            same(getattr(np, ufunc)(*((a,) if unary else (a, b))), tfn(*((ta,) if unary else (ta, tb))))
+            ours, theirs = ((a,), (ta,)) if unary else ((a, b), (ta, tb))
+            same(getattr(np, ufunc)(*ours), tfn(*theirs))
 
 
 def test_bitwise_ops_refuse_floats():
@@ -236,6 +237,8 @@ def test_bitwise_ops_refuse_floats():
 def test_reductions_and_selection_match_torch(device, dtype):
     a, ta = pair_of(dtype, device, (3, 4), 7)
     same(ng.sum(a), torch.sum(ta))                   # integers and bools sum to int64
+    same(ng.prod(a, 1), torch.prod(ta, 1))
+    same(ng.prod(a), torch.prod(ta))
     same(ng.sum(a, 1, keepdims=True), torch.sum(ta, 1, keepdim=True))
     same(ng.sum(a, (0, 1)), torch.sum(ta, (0, 1)))
     same(a.sum(0), ta.sum(0))
@@ -355,3 +358,29 @@ def test_compiled_step_with_an_integer_mask():
         np.testing.assert_allclose(np.asarray(w.grad), g, rtol=1e-12)
         same(hits, eager_hits.numpy())
         assert hits.dtype == np.int64
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int_tensors_index_as_index_arrays_do(device):
+    """An int64 tensor is an index array wherever one is taken: x[i],
+    x[:, i], several in one key, gather, a 0-d one as an int, class targets."""
+    x0 = np.arange(12.0).reshape(3, 4)
+    x = ng.param(x0, device=device)
+    tx = torch.tensor(x0, requires_grad=True)
+    i = ng.tensor(np.array([2, 0, 2]), device=device)
+    ti = torch.tensor([2, 0, 2])
+    labels = ng.tensor(np.array([0, 3, 1]), device=device)
+    with ng.grad_tape():
+        loss = (ng.sum(x[i]) + ng.sum(x[:, i]) + ng.sum(x[i, i])
+                + ng.sum(ng.gather(x, 1, i.reshape(3, 1))) + ng.sum(x[ng.tensor(1)])
+                + ng.cross_entropy(x, labels))
+    ng.backward(loss)
+    want = (tx[ti].sum() + tx[:, ti].sum() + tx[ti, ti].sum()
+            + torch.gather(tx, 1, ti.reshape(3, 1)).sum() + tx[1].sum()
+            + torch.nn.functional.cross_entropy(tx, torch.tensor([0, 3, 1])))
+    want.backward()
+    np.testing.assert_allclose(float(loss), float(want), rtol=1e-12)
+    grad = x.grad.copy_to_host() if device == "cuda" else np.asarray(x.grad)
+    np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12)
+    with pytest.raises(IndexError, match="out of range|outside"):
+        x[ng.tensor(np.array([3]), device=device)]

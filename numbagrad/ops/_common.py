@@ -126,6 +126,15 @@ def _number(value: Any) -> bool:
     return is_scalar(value) or isinstance(value, (bool, np.bool_))
 
 
+def index_data(value: Any) -> Any:
+    """An integer tensor given as indices (or a key item) as its array (a
+    0-d one as its int), so index arrays and int64 tensors are taken alike;
+    anything else as it is."""
+    if isinstance(value, Tensor) and value.dtype.kind in "iu":
+        return int(value.item()) if value.shape == () else value.data
+    return value
+
+
 def real_number(value: Any, op: str, what: str) -> float:
     """``value`` as a float, or a TypeError naming ``op`` and the argument."""
     if not is_scalar(value):

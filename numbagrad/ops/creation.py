@@ -3,11 +3,11 @@ their ``*_like`` forms, ``arange``, ``linspace``, ``eye``, ``one_hot`` and the
 random ``rand``, ``randn``, ``normal`` (and ``rand_like``, ``randn_like``),
 with ``randint`` and ``multinomial``, which give int64 index arrays.
 
-Each takes ``dtype=`` (default: ``ng.get_default_dtype()``), ``device=`` and
-``requires_grad=`` (True gives a trainable leaf, as ``ng.param``). Sizes are
-given as PyTorch's ``zeros(2, 3)`` or ``zeros((2, 3))``. Tensors hold floats:
-an integer or bool ``dtype`` is refused, so ``arange(5)`` is a float tensor
-where PyTorch's is int64 (NumPy's ``np.arange(5)`` too).
+Each takes ``dtype=`` (default: ``ng.get_default_dtype()``; ``arange`` of
+ints is int64 and ``full`` takes its value's kind, as PyTorch's), ``device=``
+and ``requires_grad=`` (True gives a trainable leaf, as ``ng.param``; only a
+float tensor may). Sizes are given as PyTorch's ``zeros(2, 3)`` or
+``zeros((2, 3))``. The random ones give floats (``randint``: int64 indices).
 
 The random ones draw from numbagrad's counter-based generator on the
 tensor's device (``ng.manual_seed``, ``ng.random.get_state``), as dropout
@@ -267,8 +267,8 @@ def randn_like(t: Any, *, dtype: Any = None, device: str | None = None,
 def randint(low: int, high: int | None = None, size: Any = (), *, device: str = "cpu") -> Any:
     """Integers drawn uniformly from [low, high) (``randint(high, size)``
     counts from 0), as ``torch.randint``: an int64 index array, as
-    ``argmax``'s (a NumPy array on "cpu", a device array on "cuda"; tensors
-    hold floats). Drawn from numbagrad's generator (``rand``'s stream,
+    ``argmax``'s (a NumPy array on "cpu", a device array on "cuda";
+    ``ng.tensor`` makes it a tensor). Drawn from numbagrad's generator (``rand``'s stream,
     scaled and floored in float64: exact below 2**53)."""
     if high is None:
         low, high = 0, low
@@ -325,8 +325,8 @@ def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Any:
 def one_hot(indices: Any, num_classes: int = -1, *, dtype: Any = None,
             device: str = "cpu") -> Tensor:
     """``F.one_hot``: a (..., num_classes) tensor of 0 and 1 (a float tensor
-    of ``dtype``, where PyTorch's is int64; tensors hold floats) from integer
-    class indices (a NumPy integer array); ``num_classes=-1`` is max + 1."""
+    of ``dtype``, where PyTorch's is int64) from integer class indices (a
+    NumPy integer array or an int64 tensor); ``num_classes=-1`` is max + 1."""
     host = np.asarray(indices)
     if host.dtype.kind not in "iu":
         raise TypeError(f"one_hot: indices must be integers, got dtype {host.dtype}")

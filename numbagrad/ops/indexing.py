@@ -37,8 +37,8 @@ from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range, index_error
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (IndexDtypeError, alias, axis_of, copy_strided, describe, ones, operand,
-                      permuted, reshaped, result)
+from ._common import (IndexDtypeError, alias, axis_of, copy_strided, describe, index_data, ones,
+                      operand, permuted, reshaped, result)
 from .shape import _view, _viewed, reshape
 from .shape import permute as _permute
 
@@ -89,6 +89,7 @@ def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> 
     shape, and the extra arguments of the selecting kernel's launch: none for
     host indices (checked here to lie in [low, high) first), (source, op,
     axis, low) for a CUDA device array, which that kernel checks itself."""
+    index = index_data(index)
     if isinstance(index, Tensor):
         raise IndexDtypeError(f"{op}: indices must be integers (a NumPy integer array), got a "
                               f"{index.dtype} Tensor")
@@ -246,6 +247,7 @@ def getitem(x: Any, key: Any) -> Tensor:
     view (on CUDA a copy when strided); with arrays a new array, whose
     gradient adds repeated indices up, as ``nn.Embedding``'s does."""
     x = operand(x, "x[key]", ints=True)
+    key = tuple(map(index_data, key)) if isinstance(key, tuple) else index_data(key)
     mask = _as_mask(key)
     if mask is not None:
         return _masked(x, mask)

@@ -19,7 +19,7 @@ from ..kernels.cpu.losses import first_bad_label, label_message
 from ..tape import Node, _Backward, output
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
-from ._common import (_F32, _F64, check_reduction, contiguous, describe, is_scalar,
+from ._common import (_F32, _F64, check_reduction, contiguous, describe, index_data, is_scalar,
                       mean_scale, ones, operand, pair, reshaped, result, scalar_of)
 from .indexing import _note_checked
 
@@ -171,6 +171,7 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
     mean over every (sample, position); ``ignore_index`` does not apply, and
     a target that requires a gradient gets -log_softmax's (composed ops).
     """
+    target = index_data(target)     # an int64 tensor: its array
     op = "cross_entropy"
     if reduction != "mean":
         check_reduction(op, reduction)
@@ -206,7 +207,7 @@ def _cross_entropy_soft(x: Tensor, target: Any, reduction: str, smoothing: float
     op = "cross_entropy"
     if x.ndim < 2:
         raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got {describe(x)}")
-    t = pair(x, target, op, ("logits", "target"), promote=False)[1]     # (of x's shape: _probabilities)
+    t = pair(x, target, op, ("logits", "target"), promote=False)[1]   # (x's shape: _probabilities)
     if smoothing:
         t = t * (1.0 - smoothing) + smoothing / x.shape[1]
     per = -reductions.sum(t * reductions.log_softmax(x, 1), axis=1)
@@ -460,6 +461,7 @@ def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
     divides by the count of targets not ignored (nan when all are), as
     PyTorch, "none" gives the (N,) losses. The target (integers) gets no
     gradient, as in PyTorch."""
+    target = index_data(target)
     op = "nll_loss"
     reduce = check_reduction(op, reduction)
     x = operand(log_probs, op, "log_probs")

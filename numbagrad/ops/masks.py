@@ -2,9 +2,10 @@
 
 A comparison returns a boolean tensor on its operands' device that never
 carries a gradient; ``where`` takes it as its condition, ``astype`` turns
-it into a float mask (arithmetic promotes it, as PyTorch's). Operands are viewed at one rank, at least
-``RANK``, with leading 1s, and broadcast inside the kernels (one launch a
-forward, one a gradient): a kernel compiles once per dtype, not per rank.
+it into a float mask (arithmetic promotes it, as PyTorch's). Operands are
+viewed at one rank, at least ``RANK``, with leading 1s, and broadcast
+inside the kernels (one launch a forward, one a gradient): a kernel
+compiles once per dtype (integer and bool ones too), not per rank.
 """
 from __future__ import annotations
 

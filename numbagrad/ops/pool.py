@@ -13,7 +13,8 @@ from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range, index_error
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import ArgumentLengthError, contiguous, describe, ones, operand, reshaped, result
+from ._common import (ArgumentLengthError, contiguous, describe, index_data, ones, operand,
+                      reshaped, result)
 from .conv import _as4d, _batched, _ints
 from .indexing import _indices
 
@@ -170,6 +171,7 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: Any, stride: Any = None, pad
     first (not again by a compiled step's replay: there, as with a CUDA
     device array, an index out of range is skipped, never written)."""
     op = "max_unpool2d"
+    indices = index_data(indices)
     x, is_batched = _batched(operand(x, op), 2, op)
     kernel = _ints(kernel_size, 2, op, "kernel_size", 1)
     empty = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)

@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels
+from ..kernels.cpu import integer as ic
 from ..tape import Node, _Backward
 from ..tensor import Tensor
+from . import _integer
 from ._common import alias, axis_of, contiguous, ones, operand, reshaped, result
 from .reductions import sum as _sum
 from .shape import reshape
@@ -77,7 +79,8 @@ def prod(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
     ``torch.prod``: 1 over nothing; the gradient is the product of the
     other elements, exact with zeros (one zero: the product of the rest
     there, 0 elsewhere; two or more: 0), as PyTorch's. It is the last
-    element of a ``cumprod`` (exact, where a log-sum would not be)."""
+    element of a ``cumprod`` (exact, where a log-sum would not be). An
+    integer or bool tensor's product is int64, as PyTorch's."""
     op = "prod"
     axis = _dim(op, axis, dim)
     if keepdim is not None:
@@ -86,8 +89,14 @@ def prod(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
         raise TypeError(f"{op}: keepdims must be a bool, got {keepdims!r}")
     if isinstance(axis, (tuple, list)):
         raise TypeError(f"{op}: axis must be None or an int, as torch.prod, got {axis!r}")
-    x = operand(x, op)
+    x = operand(x, op, ints=True)
     shape = tuple(x.shape)
+    if x.dtype.kind != "f":
+        if axis is not None and not shape:
+            axis_of(axis, 1, op)
+        axes = tuple(range(len(shape))) if axis is None or not shape else \
+            (axis_of(axis, len(shape), op),)
+        return _integer.reduce(ic.PROD, x, axes, bool(keepdims), op)
     if axis is None or not shape:
         if axis is not None:
             axis_of(axis, 1, op)
