@@ -18,15 +18,20 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _default = [np.dtype(np.float64)]
 
 
+def parse_dtype(dtype: Any, who: str) -> np.dtype:
+    """``np.dtype(dtype)``, or a TypeError naming ``who``."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{who}: {dtype!r} is not a dtype") from None
+
+
 def float_dtype(dtype: Any, who: str) -> np.dtype:
     """``dtype`` as float32 or float64 (None: the default), else a TypeError
     that names ``who`` (the function that was given it)."""
     if dtype is None:
         return _default[0]
-    try:
-        want = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{who}: {dtype!r} is not a dtype") from None
+    want = parse_dtype(dtype, who)
     if want not in _FLOATS:
         raise TypeError(f"{who}: the dtype must be float32 or float64, got {want} (a float "
                         f"is needed here)")

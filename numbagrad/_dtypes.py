@@ -34,10 +34,7 @@ def category(dtype: np.dtype) -> int:
 
 def tensor_dtype(dtype: Any, who: str) -> np.dtype:
     """``dtype`` as one a tensor may hold, or a TypeError naming ``who``."""
-    try:
-        want = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{who}: {dtype!r} is not a dtype") from None
+    want = _defaults.parse_dtype(dtype, who)
     if want not in ALL:
         raise TypeError(f"{who}: tensors hold float32, float64, int8, int16, int32, int64, "
                         f"uint8 or bool, not {want}")

@@ -379,7 +379,7 @@ def test_int_tensors_index_as_index_arrays_do(device):
             + torch.gather(tx, 1, ti.reshape(3, 1)).sum() + tx[1].sum()
             + torch.nn.functional.cross_entropy(tx, torch.tensor([0, 3, 1])))
     want.backward()
-    np.testing.assert_allclose(float(loss), float(want), rtol=1e-12)
+    np.testing.assert_allclose(float(loss), want.item(), rtol=1e-12)
     grad = x.grad.copy_to_host() if device == "cuda" else np.asarray(x.grad)
     np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12)
     with pytest.raises(IndexError, match="out of range|outside"):

@@ -89,8 +89,29 @@ def int_unary_scalar(code, x):
     raise ValueError("int_unary: unknown op code")
 
 
+def int_reduce_row(code, x, r):
+    """The reduction ``code`` of row ``r`` of ``x`` (rows x n; n >= 1 for the
+    extrema): SUM and PROD accumulate in int64, ARGMAX/ARGMIN give the first
+    index of the extreme, as PyTorch."""
+    n = x.shape[1]
+    if code == SUM or code == PROD:
+        acc = 0 if code == SUM else 1
+        for j in range(n):
+            acc = acc + x[r, j] if code == SUM else acc * x[r, j]
+        return acc
+    best = x[r, 0]
+    at = 0
+    for j in range(1, n):
+        v = x[r, j]
+        if (v > best) if (code == RMAX or code == ARGMAX) else (v < best):
+            best = v
+            at = j
+    return best if code == RMAX or code == RMIN else at
+
+
 _scalar = njit(int_scalar)
 _unary_scalar = njit(int_unary_scalar)
+_reduce_row = njit(int_reduce_row)
 _offset = njit(offset)
 
 
@@ -119,24 +140,8 @@ def int_unary(code, x, out):
 
 @njit(cache=True)
 def int_reduce(code, x, out):
-    """out[r] = the reduction of row ``x[r]`` (x: rows x n, n >= 1 for the
-    extrema; SUM and PROD accumulate in out's dtype, int64; ARGMAX/ARGMIN
-    give the first index of the extreme, as PyTorch)."""
+    """out[r] = the reduction of row ``x[r]`` (see ``int_reduce_row``)."""
     if code < 0 or code >= N_REDUCE:
         raise ValueError("int_reduce: unknown op code")
-    rows, n = x.shape
-    for r in range(rows):
-        if code == SUM or code == PROD:
-            acc = 0 if code == SUM else 1
-            for j in range(n):
-                acc = acc + x[r, j] if code == SUM else acc * x[r, j]
-            out[r] = acc
-        else:
-            best = x[r, 0]
-            at = 0
-            for j in range(1, n):
-                v = x[r, j]
-                if (v > best) if (code == RMAX or code == ARGMAX) else (v < best):
-                    best = v
-                    at = j
-            out[r] = best if code == RMAX or code == RMIN else at
+    for r in range(x.shape[0]):
+        out[r] = _reduce_row(code, x, r)

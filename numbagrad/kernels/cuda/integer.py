@@ -7,13 +7,14 @@ __all__ = ["int_binary", "int_reduce", "int_unary"]   # the kernels this module 
 
 from numba import cuda, int32, int64
 
-from ..cpu.integer import N_BINARY, N_REDUCE, N_UNARY, RMAX, RMIN, ARGMAX, PROD, SUM, \
-    int_scalar, int_unary_scalar
+from ..cpu.integer import N_BINARY, N_REDUCE, N_UNARY, int_reduce_row, int_scalar, \
+    int_unary_scalar
 from ..cpu.masks import RANK, offset
 from ._core import THREADS, Config, array_type, checked_code, flat, grid, kernel, launch
 
 _scalar = cuda.jit(device=True)(int_scalar)
 _unary_scalar = cuda.jit(device=True)(int_unary_scalar)
+_reduce_row = cuda.jit(device=True)(int_reduce_row)
 _offset = cuda.jit(device=True)(offset)
 _INTS = (int32, int64)    # the dtypes compiled ahead for the PTX check
 
@@ -53,22 +54,8 @@ def _int_reduce_source(config: Config, dtype):
     def int_reduce_kernel(code, x, out):
         r = cuda.grid(1)
         stride = cuda.gridsize(1)
-        n = x.shape[1]
         while r < out.size:
-            if code == SUM or code == PROD:
-                acc = 0 if code == SUM else 1
-                for j in range(n):
-                    acc = acc + x[r, j] if code == SUM else acc * x[r, j]
-                out[r] = acc
-            else:
-                best = x[r, 0]
-                at = 0
-                for j in range(1, n):
-                    v = x[r, j]
-                    if (v > best) if (code == RMAX or code == ARGMAX) else (v < best):
-                        best = v
-                        at = j
-                out[r] = best if code == RMAX or code == RMIN else at
+            out[r] = _reduce_row(code, x, r)
             r += stride
 
     return int_reduce_kernel
