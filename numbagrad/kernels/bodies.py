@@ -214,50 +214,45 @@ def cumextrema_backward_lane(idx, gout, dest, beta, o, i):
         dest[o, idx[o, k, i], i] += gout[o, k, i]
 
 
-def logcumsumexp_lane(x, out, o, i):
-    """Running log(sum(exp)) along the lane, in float64: each step adds the
-    smaller of (total, next) as log1p(exp(lo - hi)), so large values do not
-    overflow; -inf adds nothing, +inf and nan stick."""
-    acc = -math.inf
-    for k in range(x.shape[1]):
-        v = x[o, k, i]
-        if v != v or acc != acc:
-            acc = math.nan
-        else:
-            hi = acc if acc > v else v
-            lo = v if acc > v else acc
-            acc = hi if lo == -math.inf or hi == math.inf else hi + math.log1p(math.exp(lo - hi))
-        out[o, k, i] = acc
+def log_add(acc, v):
+    """log(exp(acc) + exp(v)) in float64 without overflow: the larger plus
+    log1p(exp(smaller - larger)); -inf adds nothing, +inf and nan stick."""
+    if v != v or acc != acc:
+        return math.nan
+    hi = acc if acc > v else v
+    lo = v if acc > v else acc
+    return hi if lo == -math.inf or hi == math.inf else hi + math.log1p(math.exp(lo - hi))
 
 
-def logcumsumexp_backward_lane(x, y, gout, dest, beta, o, i):
-    """PyTorch's logcumsumexp gradient, sum over k >= j of gout[k] exp(x[j] -
-    y[k]), as exp(x[j] + L+) - exp(x[j] + L-): L+- running reverse log-sums
-    of log(+-gout[k]) - y[k] over the positive (negative) gout, the others
-    counting as the lowest finite value (so nan where PyTorch's is)."""
-    n = x.shape[1]
-    low = -1.7976931348623157e308
-    pos = -math.inf
-    neg = -math.inf
-    for t in range(n):
-        k = n - 1 - t
-        g = gout[o, k, i]
-        lg = math.log(abs(g)) if g != 0 else low
-        yk = y[o, k, i]
-        a = (lg if g > 0 else low) - yk
-        b = (lg if g < 0 else low) - yk
-        if a != a or pos != pos:
-            pos = math.nan
-        else:
-            hi = pos if pos > a else a
-            lo = a if pos > a else pos
-            pos = hi if lo == -math.inf or hi == math.inf else hi + math.log1p(math.exp(lo - hi))
-        if b != b or neg != neg:
-            neg = math.nan
-        else:
-            hi = neg if neg > b else b
-            lo = b if neg > b else neg
-            neg = hi if lo == -math.inf or hi == math.inf else hi + math.log1p(math.exp(lo - hi))
-        xv = x[o, k, i]
-        d = math.exp(pos + xv) - math.exp(neg + xv)
-        dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]
+def logcumsumexp_lanes(log_add):
+    """The lane bodies ``(logcumsumexp_lane, logcumsumexp_backward_lane)``
+    calling ``log_add`` (the function above as compiled for the device)."""
+    def logcumsumexp_lane(x, out, o, i):
+        """Running log(sum(exp)) along the lane, in float64, one ``log_add``
+        a step."""
+        acc = -math.inf
+        for k in range(x.shape[1]):
+            acc = log_add(acc, x[o, k, i])
+            out[o, k, i] = acc
+
+    def logcumsumexp_backward_lane(x, y, gout, dest, beta, o, i):
+        """PyTorch's logcumsumexp gradient, sum over k >= j of gout[k] exp(x[j] -
+        y[k]), as exp(x[j] + L+) - exp(x[j] + L-): L+- running reverse log-sums
+        of log(+-gout[k]) - y[k] over the positive (negative) gout, the others
+        counting as the lowest finite value (so nan where PyTorch's is)."""
+        n = x.shape[1]
+        low = -1.7976931348623157e308
+        pos = -math.inf
+        neg = -math.inf
+        for t in range(n):
+            k = n - 1 - t
+            g = gout[o, k, i]
+            lg = math.log(abs(g)) if g != 0 else low
+            yk = y[o, k, i]
+            pos = log_add(pos, (lg if g > 0 else low) - yk)
+            neg = log_add(neg, (lg if g < 0 else low) - yk)
+            xv = x[o, k, i]
+            d = math.exp(pos + xv) - math.exp(neg + xv)
+            dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]
+
+    return logcumsumexp_lane, logcumsumexp_backward_lane

@@ -47,30 +47,45 @@ def _grad3(kern: Any, gout: Any, shape3: tuple, dtype: Any) -> Any:
     return ones(kern, shape3, dtype) if gout is None else reshaped(gout, shape3)
 
 
+def _lane_scan(x: Any, axis: Any, dim: Any, op: str, backward: Any, need_dim: bool) -> Tensor:
+    """The scan ``op`` (a ``kernels/*/scan.py`` kernel x -> out along the
+    lanes) of ``x`` along ``axis`` (alias ``dim``), recorded with
+    ``backward`` (``_lane_scan_backward`` under the op's name)."""
+    x = operand(x, op)
+    axis = _dim(op, axis, dim)
+    if need_dim and axis is None:
+        raise TypeError(f"{op}: a dim is needed (torch.{op}(x, dim))")
+    shape3, out_shape = _scan_shape(x, axis, op)
+    kern = x._kern
+    x3 = reshaped(contiguous(x), shape3)
+    out = buffers.take(kern, out_shape, x._data.dtype)
+    kernels.call(kern, op, out.size, x3, reshaped(out, shape3))
+    return result(out, kern, (x,), backward, (op, shape3, x3, out))
+
+
+def _lane_scan_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    """The gradient of ``_lane_scan``: its op's ``_backward`` kernel."""
+    (x,) = node.inputs
+    op, shape3, x3, y = node.saved
+    kern = x._kern
+    g = _grad3(kern, gout, shape3, y.dtype)
+    dest, beta = ctx.dest(x)
+    kernels.call(kern, f"{op}_backward", dest.size, x3, reshaped(y, shape3), g,
+                 reshaped(dest, shape3), beta)
+
+
 # ------------------------------------------------------------ cumprod / prod
 def cumprod(x: Any, axis: Any = None, *, dim: Any = None) -> Tensor:
     """Running products along ``axis`` (alias ``dim``), PyTorch's
     ``torch.cumprod`` (float64 accumulation); axis=None runs over the
     flattened tensor, as NumPy's (PyTorch needs a dim). The gradient is
     exact where x is 0 (no division by x), as PyTorch's."""
-    op = "cumprod"
-    x = operand(x, op)
-    shape3, out_shape = _scan_shape(x, _dim(op, axis, dim), op)
-    kern = x._kern
-    x3 = reshaped(contiguous(x), shape3)
-    out = buffers.take(kern, out_shape, x._data.dtype)
-    kernels.call(kern, op, out.size, x3, reshaped(out, shape3))
-    return result(out, kern, (x,), _cumprod_backward, (shape3, x3, out))
+    return _lane_scan(x, axis, dim, "cumprod", _cumprod_backward, need_dim=False)
 
 
 def _cumprod_backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    (x,) = node.inputs
-    shape3, x3, y = node.saved
-    kern = x._kern
-    g = _grad3(kern, gout, shape3, y.dtype)
-    dest, beta = ctx.dest(x)
-    kernels.call(kern, "cumprod_backward", dest.size, x3, reshaped(y, shape3), g,
-                 reshaped(dest, shape3), beta)
+    # (named for the op, as the tape's in-place-write error reports it)
+    _lane_scan_backward(ctx, node, gout)
 
 
 def prod(x: Any, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
@@ -163,24 +178,8 @@ def logcumsumexp(x: Any, axis: Any = None, *, dim: Any = None) -> Tensor:
     ``torch.logcumsumexp``: stable for large |x|, -inf adds nothing (all
     -inf so far: -inf), +inf and nan stick; the gradient is PyTorch's
     formula (sign-split log-sums, so nan where PyTorch's is nan)."""
-    op = "logcumsumexp"
-    x = operand(x, op)
-    axis = _dim(op, axis, dim)
-    if axis is None:
-        raise TypeError(f"{op}: a dim is needed (torch.{op}(x, dim))")
-    shape3, out_shape = _scan_shape(x, axis, op)
-    kern = x._kern
-    x3 = reshaped(contiguous(x), shape3)
-    out = buffers.take(kern, out_shape, x._data.dtype)
-    kernels.call(kern, op, out.size, x3, reshaped(out, shape3))
-    return result(out, kern, (x,), _logcumsumexp_backward, (shape3, x3, out))
+    return _lane_scan(x, axis, dim, "logcumsumexp", _logcumsumexp_backward, need_dim=True)
 
 
 def _logcumsumexp_backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    (x,) = node.inputs
-    shape3, x3, y = node.saved
-    kern = x._kern
-    g = _grad3(kern, gout, shape3, y.dtype)
-    dest, beta = ctx.dest(x)
-    kernels.call(kern, "logcumsumexp_backward", dest.size, x3, reshaped(y, shape3), g,
-                 reshaped(dest, shape3), beta)
+    _lane_scan_backward(ctx, node, gout)

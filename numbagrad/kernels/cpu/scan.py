@@ -18,8 +18,8 @@ _cumprod_lane = _inline(bodies.cumprod_lane)
 _cumprod_backward_lane = _inline(bodies.cumprod_backward_lane)
 _cumextrema_lane = _inline(bodies.cumextrema_lane)
 _cumextrema_backward_lane = _inline(bodies.cumextrema_backward_lane)
-_logcumsumexp_lane = _inline(bodies.logcumsumexp_lane)
-_logcumsumexp_backward_lane = _inline(bodies.logcumsumexp_backward_lane)
+_logcumsumexp_lane, _logcumsumexp_backward_lane = (
+    _inline(f) for f in bodies.logcumsumexp_lanes(_inline(bodies.log_add)))
 
 
 @njit(cache=True, error_model="numpy")

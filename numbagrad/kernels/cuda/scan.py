@@ -17,8 +17,8 @@ _cumprod_lane = _device(bodies.cumprod_lane)
 _cumprod_backward_lane = _device(bodies.cumprod_backward_lane)
 _cumextrema_lane = _device(bodies.cumextrema_lane)
 _cumextrema_backward_lane = _device(bodies.cumextrema_backward_lane)
-_logcumsumexp_lane = _device(bodies.logcumsumexp_lane)
-_logcumsumexp_backward_lane = _device(bodies.logcumsumexp_backward_lane)
+_logcumsumexp_lane, _logcumsumexp_backward_lane = (
+    _device(f) for f in bodies.logcumsumexp_lanes(_device(bodies.log_add)))
 
 
 def _a(dt, ndim=3):

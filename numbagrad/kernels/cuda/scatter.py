@@ -1,7 +1,7 @@
 """CUDA kernel of ``scatter``/``scatter_reduce``'s non-sum forms (see
 ``kernels.cpu.scatter``): one thread per element of ``dest``, folding in
-the values aimed at it in order (no atomics, so the last of repeated
-indices wins an assignment, as on the CPU)."""
+the values aimed at it in order with the CPU's ``fold`` (no atomics, so the
+last of repeated indices wins an assignment, as on the CPU)."""
 from __future__ import annotations
 
 # the kernels this module registers
@@ -9,10 +9,12 @@ __all__ = ["scatter_reduce_nd"]
 
 from numba import cuda, int64
 
+from ..cpu.scatter import fold
 from ._core import THREADS, Config, array_type, grid, kernel, launch
 from .indexing import RANK, _a6, _as6, _check_rank
 
 _I6 = array_type(int64, RANK, "A")
+_fold = cuda.jit(device=True)(fold)
 
 
 @kernel("scatter_reduce_nd", lambda dt: (_a6(dt), _I6, _a6(dt), int64))
@@ -37,13 +39,7 @@ def _scatter_reduce_nd_source(config: Config, dtype):
                 a = dest[c0, c1, c2, c3, c4, c5]
                 for i in range(values.shape[5]):
                     if index[c0, c1, c2, c3, c4, i] == c5:
-                        b = values[c0, c1, c2, c3, c4, i]
-                        if mode == 0:
-                            a = b
-                        elif mode == 1:
-                            a = a * b
-                        elif a == a and (b != b or (b > a if mode == 2 else b < a)):
-                            a = b
+                        a = _fold(mode, a, values[c0, c1, c2, c3, c4, i])
                 dest[c0, c1, c2, c3, c4, c5] = a
             k += stride
 
