@@ -173,17 +173,17 @@ def lstm_cell_element(sigmoid, tanh):
     ``has_rec``) in PyTorch's order i, f, g, o (column blocks of H =
     hc.shape[2]), their activations into act[i], c = f * c_prev + i * g
     (c_prev = cprev[i, j] when ``has_c``, else 0) into hc[1, i, j] and
-    h = o * tanh(c) into hc[0, i, j]; float64 inside. ``sigmoid``/``tanh``
-    are ``codes``' formulas as compiled for the device."""
+    h = o * tanh(c) into hc[0, i, j]. ``sigmoid``/``tanh`` are ``codes``'
+    formulas as compiled for the device (``(x, p)``, x of the arrays' dtype:
+    the CPU's take a vectorisable form for float32)."""
     def lstm_cell_element(xp, rec, has_rec, cprev, has_c, hc, act, i, j):
         n = hc.shape[2]
-        pi, pf, pg, po = (float(xp[i, j]), float(xp[i, n + j]), float(xp[i, 2 * n + j]),
-                          float(xp[i, 3 * n + j]))
+        pi, pf, pg, po = xp[i, j], xp[i, n + j], xp[i, 2 * n + j], xp[i, 3 * n + j]
         if has_rec:
-            pi += rec[i, j]
-            pf += rec[i, n + j]
-            pg += rec[i, 2 * n + j]
-            po += rec[i, 3 * n + j]
+            pi = pi + rec[i, j]
+            pf = pf + rec[i, n + j]
+            pg = pg + rec[i, 2 * n + j]
+            po = po + rec[i, 3 * n + j]
         gi, gf, gg, go = sigmoid(pi, 0.0), sigmoid(pf, 0.0), tanh(pg, 0.0), sigmoid(po, 0.0)
         act[i, j] = gi
         act[i, n + j] = gf
@@ -193,7 +193,7 @@ def lstm_cell_element(sigmoid, tanh):
         if has_c:
             c += gf * cprev[i, j]
         hc[1, i, j] = c
-        hc[0, i, j] = go * tanh(c, 0.0)
+        hc[0, i, j] = go * tanh(hc[1, i, j], 0.0)
     return lstm_cell_element
 
 
@@ -207,12 +207,12 @@ def lstm_cell_backward_element(tanh):
     def lstm_cell_backward_element(gout, act, hc, cprev, has_c, dxp, beta_x, want_x, drec,
                                    beta_r, want_r, dc, beta_c, want_c, i, j):
         n = hc.shape[2]
-        gi, gf, gg, go = (float(act[i, j]), float(act[i, n + j]), float(act[i, 2 * n + j]),
-                          float(act[i, 3 * n + j]))
-        tc = tanh(float(hc[1, i, j]), 0.0)
-        dh = float(gout[0, i, j])
+        gi, gf, gg, go = (1.0 * act[i, j], 1.0 * act[i, n + j], 1.0 * act[i, 2 * n + j],
+                          1.0 * act[i, 3 * n + j])
+        tc = 1.0 * tanh(hc[1, i, j], 0.0)
+        dh = 1.0 * gout[0, i, j]
         dcn = gout[1, i, j] + dh * go * (1.0 - tc * tc)
-        cp = float(cprev[i, j]) if has_c else 0.0
+        cp = 1.0 * cprev[i, j] if has_c else 0.0
         for k in range(4):
             if k == 0:
                 d = dcn * gg * gi * (1.0 - gi)

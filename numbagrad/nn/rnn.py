@@ -273,20 +273,26 @@ class LSTM(_RNNBase):
     def _result(self, last: list[Tensor]) -> Any:
         return last[0], last[1]
 
-    # The carry is hc (2, N, H) = [h; c], one fused op's output per step.
-    def _initial(self, state: list | None) -> Tensor | None:
-        return None if state is None else ops.stack(state, axis=0)
+    # The carry is (hc, h): hc (2, N, H) = [h; c], one fused op's output per
+    # step, and its view h, which the next step's product and the output share.
+    def _initial(self, state: list | None) -> tuple | None:
+        if state is None:
+            return None
+        hc = ops.stack(state, axis=0)
+        return hc, hc[0]
 
-    def _step(self, proj: Tensor, t: int, time_axis: int, carry: Tensor | None, w_hh: Tensor,
-              b_hh: Tensor | None) -> Tensor:
-        rec = None if carry is None else ops.linear(carry[0], w_hh)
-        return _lstm_cell(proj, (t,) if time_axis == 0 else (slice(None), t), rec, carry)
+    def _step(self, proj: Tensor, t: int, time_axis: int, carry: tuple | None, w_hh: Tensor,
+              b_hh: Tensor | None) -> tuple:
+        rec = None if carry is None else ops.linear(carry[1], w_hh)
+        hc = _lstm_cell(proj, (t,) if time_axis == 0 else (slice(None), t), rec,
+                        None if carry is None else carry[0])
+        return hc, hc[0]
 
-    def _h(self, carry: Tensor) -> Tensor:
-        return carry[0]
+    def _h(self, carry: tuple) -> Tensor:
+        return carry[1]
 
-    def _finals(self, carry: Tensor) -> list[Tensor]:
-        return [carry[0], carry[1]]
+    def _finals(self, carry: tuple) -> list[Tensor]:
+        return [carry[1], carry[0][1]]
 
 
 def _lstm_cell(proj: Tensor, part: tuple, rec: Tensor | None, hc: Tensor | None) -> Tensor:
