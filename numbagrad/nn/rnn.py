@@ -29,7 +29,8 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 class _RNNBase(Module):
     """The parameters and the layer/direction loop shared by the three layers;
-    a subclass names its ``mode`` and runs one time step in ``_cell``."""
+    a subclass names its ``mode`` and runs one time step in ``_cell`` (LSTM,
+    whose carry is h and c, in ``_step``)."""
 
     mode = ""
 
