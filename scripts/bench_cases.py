@@ -49,6 +49,11 @@ QUICK_CASES += ["dqn"]
 CASES["gpt"] = {"kind": "gpt", "vocab": 101, "batch": 12, "block": 64, "n_layer": 4,
                 "n_head": 4, "n_embd": 128}
 
+# --- lstm: a 2-layer LSTM over a fixed batch of sequences, a linear head on the last
+# step's output, MSE, Adam (issue 30's case)
+CASES["lstm"] = {"kind": "lstm", "input": 32, "hidden": 128, "num_layers": 2, "seq": 32,
+                 "batch": 16, "out": 10}
+
 
 def gpt_describe(case: str) -> str:
     c = CASES[case]
@@ -78,6 +83,10 @@ def describe(case: str) -> str:
         return f"causal attention B={b} H={h} T={t} d={d}, q k v learned, MSE"
     if c["kind"] == "gpt":
         return gpt_describe(case)
+    if c["kind"] == "lstm":
+        return (f"LSTM {c['num_layers']} layers x {c['hidden']} hidden, input {c['input']}, "
+                f"seq {c['seq']} x batch {c['batch']}, linear {c['hidden']}-{c['out']} on the "
+                f"last step, MSE")
     return (f"MLP {'-'.join(map(str, c['layers']))}, batch {c['batch']}, ReLU, "
             f"cross-entropy")
 
@@ -107,6 +116,8 @@ def short_size(case: str) -> str:
         return f"attn {b}x{h}x{t}x{d}"
     if c["kind"] == "gpt":
         return f"gpt {c['n_layer']}x{c['n_embd']} b{c['batch']}x{c['block']}"
+    if c["kind"] == "lstm":
+        return f"lstm {c['num_layers']}x{c['hidden']} s{c['seq']} b{c['batch']}"
     return f"{'-'.join(map(str, c['layers']))} b{c['batch']}"
 
 
@@ -117,7 +128,7 @@ def rows_of(case: str, dtypes, optimizers, quick: bool = False) -> list[tuple[st
         return [MLP_ROW]
     if CASES[case]["kind"] == "cnn":
         return [MLP_ROW]
-    if CASES[case]["kind"] in ("dqn", "gpt"):
+    if CASES[case]["kind"] in ("dqn", "gpt", "lstm"):
         return [MLP_ROW]
     if quick and case in QUICK_FLOAT32_ONLY:
         dtypes = [d for d in dtypes if d == "float32"] or dtypes

@@ -252,6 +252,42 @@ def gpt_problem(case: str, dtype) -> tuple[dict[str, np.ndarray], np.ndarray, np
     return nanogpt_init(gpt_config(case), 0, dtype), x, y
 
 
+# --- lstm: the problem and the model (the same names in ``ng.nn`` and ``torch.nn``)
+def lstm_names(case: str) -> list[str]:
+    """The LSTM case's state-dict names, in ``named_parameters`` order."""
+    return [f"lstm.{kind}_l{layer}" for layer in range(CASES[case]["num_layers"])
+            for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")] + \
+        ["head.weight", "head.bias"]
+
+
+def lstm_problem(case: str, dtype) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """An LSTM case's weights (PyTorch's init, U(-1/sqrt(fan), 1/sqrt(fan)), seed 0)
+    by state-dict name, inputs x (seq, batch, input) and targets y (batch, out)."""
+    c = CASES[case]
+    rng = np.random.default_rng(0)
+    h, gates = c["hidden"], 4 * c["hidden"]
+    shapes = {}
+    for layer in range(c["num_layers"]):
+        width = c["input"] if layer == 0 else h
+        shapes.update({f"lstm.weight_ih_l{layer}": (gates, width),
+                       f"lstm.weight_hh_l{layer}": (gates, h),
+                       f"lstm.bias_ih_l{layer}": (gates,), f"lstm.bias_hh_l{layer}": (gates,)})
+    state = {n: (rng.uniform(-1, 1, s) / np.sqrt(h)).astype(dtype) for n, s in shapes.items()}
+    state["head.weight"] = (rng.uniform(-1, 1, (c["out"], h)) / np.sqrt(h)).astype(dtype)
+    state["head.bias"] = (rng.uniform(-1, 1, c["out"]) / np.sqrt(h)).astype(dtype)
+    x = rng.normal(size=(c["seq"], c["batch"], c["input"])).astype(dtype)
+    y = rng.normal(size=(c["batch"], c["out"])).astype(dtype)
+    return state, x, y
+
+
+def lstm_model(nn, case: str, **kw):
+    """An LSTM case's model in ``nn`` (``ng.nn`` or ``torch.nn``; ``kw`` goes to
+    both layers): ModuleDict(lstm=LSTM(input, hidden, num_layers), head=Linear(hidden, out))."""
+    c = CASES[case]
+    return nn.ModuleDict({"lstm": nn.LSTM(c["input"], c["hidden"], c["num_layers"], **kw),
+                          "head": nn.Linear(c["hidden"], c["out"], **kw)})
+
+
 def initial_weights(case: str, dtype) -> list[np.ndarray]:
     """Every peer's starting weights, in the order ``.weights()`` returns them."""
     if CASES[case]["kind"] == "linear":
@@ -267,6 +303,9 @@ def initial_weights(case: str, dtype) -> list[np.ndarray]:
     if CASES[case]["kind"] == "gpt":
         state = gpt_problem(case, dtype)[0]
         return [state[n] for n in gpt_names(case)]
+    if CASES[case]["kind"] == "lstm":
+        state = lstm_problem(case, dtype)[0]
+        return [state[n] for n in lstm_names(case)]
     return mlp_problem(case, dtype)[0]
 
 
@@ -330,6 +369,22 @@ def _ng_setup(case, dtype, opt_kind, device):
             state = qnet.state_dict()
             return [state[n] for n in DQN_NAMES]
         return loss_fn, data, optimizer(qnet.parameters()), weights
+    if CASES[case]["kind"] == "lstm":
+        state, x0, y0 = lstm_problem(case, dtype)
+        model = lstm_model(ng.nn, case, dtype=dtype, device=device,
+                           rng=np.random.default_rng(1))
+        model.load_state_dict(state)
+        lstm, head, mse_loss = model["lstm"], model["head"], ng.mse_loss
+
+        def loss_fn(x, y):
+            out, _ = lstm(x)
+            return mse_loss(head(out[-1]), y)
+
+        def weights():
+            now = model.state_dict()
+            return [now[n] for n in lstm_names(case)]
+        return (loss_fn, (ng.tensor(x0, device=device), ng.tensor(y0, device=device)),
+                optimizer(model.parameters()), weights)
 
     params, x0, labels = mlp_problem(case, dtype)
     nn, layers, names = ng.nn, [], []
@@ -479,8 +534,8 @@ def numpy_step(case, dtype, opt_kind, device) -> Callable[[], None]:
         return None          # nor a NumPy transformer
     if CASES[case]["kind"] == "attention":
         return numpy_attention_step(case, dtype, opt_kind)
-    if CASES[case]["kind"] == "dqn":
-        return None          # no hand-written NumPy DQN: the table says n/a
+    if CASES[case]["kind"] in ("dqn", "lstm"):
+        return None          # no hand-written NumPy DQN or LSTM: the table says n/a
     W, X, Y = problem(case, dtype)
     P, G, T = np.empty_like(Y), np.zeros_like(W), np.empty_like(W)
     opt = _NumpyOptimizer(W.reshape(-1), G.reshape(-1), opt_kind)
@@ -677,6 +732,18 @@ def torch_step(case, dtype, opt_kind, device, compiled: bool = False
     elif CASES[case]["kind"] == "dqn":
         loss_fn, data, qnet = _torch_dqn(torch, case, dtype, dev)
         params = list(qnet.parameters())
+    elif CASES[case]["kind"] == "lstm":
+        state, x0, y0 = lstm_problem(case, dtype)
+        model = lstm_model(torch.nn, case, dtype=getattr(torch, str(np.dtype(dtype))),
+                           device=dev)
+        model.load_state_dict({n: torch.from_numpy(a) for n, a in state.items()})
+        params = list(model.parameters())
+        data = (torch.tensor(x0, device=dev), torch.tensor(y0, device=dev))
+        lstm, head, mse = model["lstm"], model["head"], torch.nn.functional.mse_loss
+
+        def loss_fn(x, y):
+            out, _ = lstm(x)
+            return mse(head(out[-1]), y)
     else:
         ws, x0, labels = mlp_problem(case, dtype)
         layers = []
@@ -776,6 +843,8 @@ def jax_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
         return None
     if CASES[case]["kind"] == "gpt":
         return _jax_gpt_step(jax, jnp, optax, case, dtype, dev)
+    if CASES[case]["kind"] == "lstm":
+        return _jax_lstm_step(jax, jnp, optax, case, dtype, opt_kind, dev)
     if CASES[case]["kind"] == "linear":
         w0, x0, y0 = problem(case, dtype)
         params = [w0]
@@ -892,6 +961,47 @@ def _jax_gpt_step(jax, jnp, optax, case, dtype, dev):
                            lambda p: [np.array(p[n]) for n in names])
 
 
+# --- lstm: JAX
+def _jax_lstm_loss(jax, jnp, case: str):
+    """An LSTM case's loss(p, x, y) in JAX, p a dict by state-dict name: per layer
+    one input projection, then ``lax.scan`` over the steps (PyTorch's gates i, f,
+    g, o), the head on the last step's output, MSE."""
+    layers = CASES[case]["num_layers"]
+
+    def layer(p, k, x):
+        w_ih, w_hh = p[f"lstm.weight_ih_l{k}"], p[f"lstm.weight_hh_l{k}"]
+        proj = x @ w_ih.T + p[f"lstm.bias_ih_l{k}"] + p[f"lstm.bias_hh_l{k}"]
+
+        def cell(carry, xp):
+            h, c = carry
+            i, f, g, o = jnp.split(xp + h @ w_hh.T, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+        zeros = jnp.zeros((x.shape[1], w_hh.shape[1]), x.dtype)
+        return jax.lax.scan(cell, (zeros, zeros), proj)[1]
+
+    def loss_fn(p, x, y):
+        for k in range(layers):
+            x = layer(p, k, x)
+        pred = x[-1] @ p["head.weight"].T + p["head.bias"]
+        return jnp.mean((pred - y) ** 2)
+    return loss_fn
+
+
+def _jax_lstm_step(jax, jnp, optax, case, dtype, opt_kind, dev):
+    """``jax.jit`` of value_and_grad + ``optax.MultiSteps`` of the case's optimizer."""
+    state, x0, y0 = lstm_problem(case, dtype)
+    names = lstm_names(case)
+    base = (optax.sgd(LR, momentum=MOMENTUM) if opt_kind == "sgd"
+            else optax.adam(LR, b1=BETAS[0], b2=BETAS[1], eps=EPS))
+    tx = optax.MultiSteps(base, every_k_schedule=K, accumulator_dtype=np.dtype(dtype))
+    p = {n: jax.device_put(state[n], dev) for n in names}
+    x, y = jax.device_put(x0, dev), jax.device_put(y0, dev)
+    return _jax_micro_step(jax, optax, _jax_lstm_loss(jax, jnp, case), tx, p, x, y,
+                           lambda p: [np.array(p[n]) for n in names])
+
+
 def _jax_cnn_loss(jax, jnp, optax):
     """A CNN case's loss(p, x, labels) in JAX, NCHW as PyTorch: 3x3 convolutions
     padded by 1, ReLU, 2x2 max pools, flatten, linear, cross-entropy."""
@@ -934,6 +1044,8 @@ def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarr
         return dqn_floor_gemms(case, rand)
     if CASES[case]["kind"] == "gpt":
         return gpt_floor_gemms(case, rand)
+    if CASES[case]["kind"] == "lstm":
+        return lstm_floor_gemms(case, rand)
     if CASES[case]["kind"] == "attention":     # per slice: S, O; dV, dP, dQ, dK
         *_, Y = attention_problem(case, dtype)
         t = Y.shape[-2]
@@ -1000,6 +1112,31 @@ def gpt_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.nd
             out += [(Q[i], K_[i].T, P[i]), (P[i], V[i], grad[i]), (P[i].T, G[i], grad[i]),
                     (G[i], V[i].T, dS[i]), (dS[i], K_[i], grad[i]), (dS[i].T, Q[i], grad[i])]
     return out + linear(e, c["vocab"])
+
+
+# --- lstm: the GEMM floor
+def lstm_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """An LSTM case's GEMMs: per layer the input projection over all seq * batch
+    rows, its weight gradient and (above the first layer) its input gradient,
+    and per step after the first (h_0 is zero) h @ W_hh^T forward, its share of
+    dW_hh and the gradient into h; then the head's forward, weight and input
+    gradients."""
+    c = CASES[case]
+    rows, batch, h, gates = c["seq"] * c["batch"], c["batch"], c["hidden"], 4 * c["hidden"]
+    out = []
+    for layer in range(c["num_layers"]):
+        width = c["input"] if layer == 0 else h
+        x, w, g = rand(rows, width), rand(gates, width), rand(rows, gates)
+        out += [(x, w.T, np.empty_like(g)), (g.T, x, np.empty_like(w))]
+        if layer:
+            out.append((g, w, np.empty_like(x)))
+        w_hh, hs, gs = rand(gates, h), rand(batch, h), rand(batch, gates)
+        for _ in range(c["seq"] - 1):
+            out += [(hs, w_hh.T, np.empty_like(gs)), (gs.T, hs, np.empty_like(w_hh)),
+                    (gs, w_hh, np.empty_like(hs))]
+    w, x, g = rand(c["out"], h), rand(batch, h), rand(batch, c["out"])
+    return out + [(x, w.T, np.empty_like(g)), (g.T, x, np.empty_like(w)),
+                  (g, w, np.empty_like(x))]
 
 
 def scipy_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None]:

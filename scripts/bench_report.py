@@ -207,6 +207,8 @@ TARGETS = [
     # --- gpt
     ("gpt, compiled", "gpt", "numbagrad compiled", "torch", 0.8),
     ("gpt, compiled", "gpt", "numbagrad compiled", "jax", 1.0),
+    # --- lstm
+    ("lstm, compiled", "lstm", "numbagrad compiled", "torch", 0.8),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
              "floor": "GEMM floor"}

@@ -52,6 +52,7 @@ LAYER_FAMILIES: tuple[tuple[str, str], ...] = (
     ("conv", "Convolution and pooling"),
     ("norm", "Normalisation"),
     ("attention", "Attention"),
+    ("rnn", "Recurrent"),
     ("loss", "Losses"),
 )
 OPERATORS = {

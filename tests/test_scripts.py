@@ -463,3 +463,59 @@ def test_bench_contention_times_serial_and_default_beside_busy_loops(tmp_path):
         assert set(row) == {"serial", "default"}
         assert all(v["median_s"] > 0 for v in row.values())
     assert "/ serial" in run.stdout and "busy=1" in run.stdout
+
+
+# --- lstm: the LSTM case
+TINY_LSTM = {"kind": "lstm", "input": 3, "hidden": 4, "num_layers": 2, "seq": 3, "batch": 2,
+             "out": 2}
+
+
+def test_bench_lstm_case_runs_and_reports_its_verdict(monkeypatch, capsys):
+    # The lstm row at a tiny size, timed in this process (one round): every peer
+    # that can run is timed, the NumPy loop is n/a, and the compiled target is judged.
+    assert bench.CASES["lstm"]["hidden"] == 128 and "lstm" not in bench.QUICK_CASES
+    monkeypatch.setitem(bench.CASES, "lstm", TINY_LSTM)
+    args = bench.parse(["--cases", "lstm", "--repeats", "1", "--min-time", "0", "--in-process"])
+    peers = [p for p in bench.available_peers(torch_compile=False) if p != "numpy"]
+    row = bench.measure_row("lstm", *bench.MLP_ROW, args, peers + ["numpy"])
+    assert (row["case"], row["dtype"], row["optimizer"]) == ("lstm", *bench.MLP_ROW)
+    for name in peers:
+        assert row[name]["best_s"] > 0, name
+    assert row["numpy"] is None and "numbagrad/numpy" not in row["ratios"]
+    assert bench.describe("lstm") == ("LSTM 2 layers x 4 hidden, input 3, seq 3 x batch 2, "
+                                      "linear 4-2 on the last step, MSE")
+    entries = [e for e in bench.verdict([row], peers) if e["case"] == "lstm"]
+    assert [(e["target"], e["subject"], e["peer"], e["limit"]) for e in entries] == [
+        ("lstm, compiled", "numbagrad compiled", "torch", 0.8)]
+    if "torch" in peers:
+        assert entries[0]["ratio"] == pytest.approx(row["numbagrad compiled"]["best_s"]
+                                                    / row["torch"]["best_s"])
+        assert entries[0]["status"] in ("met", "missed")
+    bench.print_verdict(entries)
+    assert "lstm, compiled" in capsys.readouterr().out
+
+
+def test_bench_lstm_peers_compute_the_same_update(monkeypatch):
+    # numbagrad (eager and compiled), PyTorch and JAX train the same LSTM from the
+    # same weights and batch with Adam: after two windows they agree.
+    pytest.importorskip("torch")
+    monkeypatch.setitem(bench.CASES, "lstm", TINY_LSTM)
+    names = ["numbagrad", "numbagrad compiled", "numpy", "torch", "jax"]
+    steps = {n: bench.PEERS[n]("lstm", np.dtype(np.float64), "adam", "cpu") for n in names}
+    assert steps.pop("numpy") is None                 # no hand-written NumPy LSTM
+    steps = {n: s for n, s in steps.items() if s is not None}
+    assert {"numbagrad", "numbagrad compiled", "torch"} <= set(steps)
+    for _ in range(2 * bench.K):
+        for step in steps.values():
+            step()
+    want = steps["torch"].weights()
+    start = bench.initial_weights("lstm", np.float64)
+    assert [w.shape for w in want] == [(16, 3), (16, 4), (16,), (16,), (16, 4), (16, 4), (16,),
+                                       (16,), (2, 4), (2,)] == [w.shape for w in start]
+    assert all(not np.allclose(w, s) for w, s in zip(want, start))
+    for name, step in steps.items():
+        for got, w in zip(step.weights(), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-9, atol=1e-12, err_msg=name)
+    # per layer 2 (3 above the first) projection GEMMs and 3 per step after the first,
+    # then the head's 3
+    assert len(bench.floor_gemms("lstm", np.float32)) == 2 + 3 + 2 * 3 * 2 + 3

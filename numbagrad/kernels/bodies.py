@@ -256,3 +256,73 @@ def logcumsumexp_lanes(log_add):
             dest[o, k, i] = d if beta == 0 else d + beta * dest[o, k, i]
 
     return logcumsumexp_lane, logcumsumexp_backward_lane
+
+
+def lstm_cell_element(sigmoid, tanh):
+    """The element function ``(xp, rec, has_rec, cprev, has_c, hc, act, i, j)``
+    of one LSTM step at batch row i, unit j: the gates xp[i] (+ rec[i] when
+    ``has_rec``) in PyTorch's order i, f, g, o (column blocks of H =
+    hc.shape[2]), their activations into act[i], c = f * c_prev + i * g
+    (c_prev = cprev[i, j] when ``has_c``, else 0) into hc[1, i, j] and
+    h = o * tanh(c) into hc[0, i, j]. ``sigmoid``/``tanh`` are ``codes``'
+    formulas as compiled for the device (``(x, p)``, x of the arrays' dtype:
+    the CPU's take a vectorisable form for float32)."""
+    def lstm_cell_element(xp, rec, has_rec, cprev, has_c, hc, act, i, j):
+        n = hc.shape[2]
+        pi, pf, pg, po = xp[i, j], xp[i, n + j], xp[i, 2 * n + j], xp[i, 3 * n + j]
+        if has_rec:
+            pi = pi + rec[i, j]
+            pf = pf + rec[i, n + j]
+            pg = pg + rec[i, 2 * n + j]
+            po = po + rec[i, 3 * n + j]
+        gi, gf, gg, go = sigmoid(pi, 0.0), sigmoid(pf, 0.0), tanh(pg, 0.0), sigmoid(po, 0.0)
+        act[i, j] = gi
+        act[i, n + j] = gf
+        act[i, 2 * n + j] = gg
+        act[i, 3 * n + j] = go
+        c = gi * gg
+        if has_c:
+            c += gf * cprev[i, j]
+        hc[1, i, j] = c
+        hc[0, i, j] = go * tanh(hc[1, i, j], 0.0)
+    return lstm_cell_element
+
+
+def lstm_cell_backward_element(tanh):
+    """The element function of an LSTM step's backward at (i, j), from the
+    gradient ``gout`` of hc = [h; c] and the step's ``act`` and ``hc``: the
+    gates' gradient (i, f, g, o blocks) into dxp[i] and drec[i] (each when
+    its ``want_*``; dest = d + beta * dest, beta 0 never reading dest), and
+    c_prev's, d c * f, into dc[1, i, j] (dc[0, i, j], h_prev's part, set to 0
+    when beta_c is 0: this step adds none)."""
+    def lstm_cell_backward_element(gout, act, hc, cprev, has_c, dxp, beta_x, want_x, drec,
+                                   beta_r, want_r, dc, beta_c, want_c, i, j):
+        n = hc.shape[2]
+        gi, gf, gg, go = (1.0 * act[i, j], 1.0 * act[i, n + j], 1.0 * act[i, 2 * n + j],
+                          1.0 * act[i, 3 * n + j])
+        tc = 1.0 * tanh(hc[1, i, j], 0.0)
+        dh = 1.0 * gout[0, i, j]
+        dcn = gout[1, i, j] + dh * go * (1.0 - tc * tc)
+        cp = 1.0 * cprev[i, j] if has_c else 0.0
+        for k in range(4):
+            if k == 0:
+                d = dcn * gg * gi * (1.0 - gi)
+            elif k == 1:
+                d = dcn * cp * gf * (1.0 - gf)
+            elif k == 2:
+                d = dcn * gi * (1.0 - gg * gg)
+            else:
+                d = dh * tc * go * (1.0 - go)
+            col = k * n + j
+            if want_x:
+                dxp[i, col] = d if beta_x == 0 else d + beta_x * dxp[i, col]
+            if want_r:
+                drec[i, col] = d if beta_r == 0 else d + beta_r * drec[i, col]
+        if want_c:
+            d = dcn * gf
+            if beta_c == 0:
+                dc[0, i, j] = 0.0
+                dc[1, i, j] = d
+            else:
+                dc[1, i, j] = d + beta_c * dc[1, i, j]
+    return lstm_cell_backward_element

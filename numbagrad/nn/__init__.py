@@ -11,8 +11,8 @@ The namespace holds ``Module``, the layers, the containers and ``init``
 - ``containers.py``: ``Sequential``, ``ModuleList``, ``ModuleDict``;
 - ``loss.py``: the loss modules (``MSELoss``, ``CrossEntropyLoss``, ...);
 - ``fusion.py``: which ``Linear`` + activation pairs ``Sequential`` runs as one op;
-- ``conv.py`` (convolutions, pooling, ``Upsample``), ``norm.py``, ``attention.py``:
-  the layer families;
+- ``conv.py`` (convolutions, pooling, ``Upsample``), ``norm.py``, ``attention.py``,
+  ``rnn.py`` (``RNN``, ``LSTM``, ``GRU``): the layer families;
 - ``init.py``: ``torch.nn.init``'s initialisers;
 - ``functional.py``: the ops under ``torch.nn.functional``'s names (``F.relu``);
 - ``utils.py``: ``clip_grad_norm_``, ``clip_grad_value_``.
@@ -30,6 +30,7 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Lo
                    NLLLoss, SmoothL1Loss)
 from .module import Module
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .rnn import GRU, LSTM, RNN
 
 __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmoid", "GELU",
            "SiLU", "Softplus", "Identity", "Flatten", "Dropout", "Embedding", "ModuleList",
@@ -39,4 +40,4 @@ __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmo
            "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "QuickGELU",
            "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
            "CrossEntropyLoss", "NLLLoss", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
-           "MaxUnpool2d", "Upsample"]
+           "MaxUnpool2d", "Upsample", "RNN", "LSTM", "GRU"]

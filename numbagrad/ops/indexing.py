@@ -378,8 +378,11 @@ def _basic_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if gout is None:
         gout = ones(kern, counts, x._data.dtype)
     dest, beta = ctx.dest(x)
+    # adding (beta 1) leaves the elements off the slice as they are: only the
+    # first gradient into dest (beta 0) passes over the whole of it, so the
+    # slices of an RNN's input projection cost O(T), not O(T^2)
     kernels.call(kern, "place_nd", dest.size, reshaped(gout, counts), dest, start, step, 0.0,
-                 beta, True)
+                 beta, beta == 0.0)
 
 
 def _select_backward(ctx: _Backward, node: Node, gout: Any) -> None:

@@ -209,3 +209,27 @@ def _exp_shifted_impl(row, top):
         for j in range(row.size):
             row[j] = math.exp(row[j] - top)
     return exact
+
+
+@njit(error_model="numpy", inline="always")
+def sigmoid64(x):
+    """1 / (1 + e**-x) of a float64 through ``exp_neg``, without branches so a
+    loop of it vectorises; for float32 results (its error is below their
+    rounding). nan stays nan."""
+    a = abs(x)
+    e = exp_neg(-(a if a < 700.0 else 700.0))
+    r = 1.0 / (1.0 + e)
+    return r if x >= 0 else (e * r if x < 0 else x)
+
+
+@njit(error_model="numpy", inline="always")
+def tanh64(x):
+    """tanh of a float64 through ``exp_neg`` ((1 - e) / (1 + e), e = e**-2|x|;
+    its Taylor series below |x| = 1/8, where that difference cancels),
+    without branches so a loop of it vectorises; for float32 results."""
+    a = abs(x)
+    e = exp_neg(-2.0 * (a if a < 350.0 else 350.0))
+    a2 = a * a
+    small = a * (1.0 + a2 * (-1 / 3 + a2 * (2 / 15 + a2 * (-17 / 315 + a2 * (62 / 2835)))))
+    t = small if a < 0.125 else (1.0 - e) / (1.0 + e)
+    return t if x >= 0 else (-t if x < 0 else x)
