@@ -226,6 +226,8 @@ def test_bitwise_ops_refuse_floats():
                lambda: ng.tensor([1, 2]) | 1.5):
         with pytest.raises(TypeError, match="takes integer or bool tensors"):
             fn()
+    same(ng.tensor([5, -5]) << ng.tensor([64, -1]), torch.tensor([5, -5]) << torch.tensor([64, -1]))
+    same(ng.tensor([5, -5]) >> ng.tensor([70, -2]), torch.tensor([5, -5]) >> torch.tensor([70, -2]))
     with pytest.raises(TypeError, match="cannot shift bool tensors"):
         ng.tensor([True]) << ng.tensor([False])
     same(ng.tensor([True]) << 1, torch.tensor([True]) << 1)      # a bool beside an int: int64

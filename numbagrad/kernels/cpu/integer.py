@@ -7,7 +7,8 @@ broadcast where a dim is 1 (as ``compare``'s, ``kernels/cpu/masks.py``);
 the result is cast to ``out``'s dtype, wrapping on overflow as PyTorch's
 integer arithmetic does. ``//`` and ``%`` round toward -inf (Python's and
 PyTorch's ``floor_divide``/``remainder``), ``FMOD`` and ``TRUNCDIV`` toward
-zero (C's). The op checks divisors and exponents before a launch, so the
+zero (C's); a shift by a negative amount or by 64 or more is PyTorch's (0,
+or -1 for a negative x shifted right). The op checks divisors and exponents before a launch, so the
 formulas never divide by zero. The plain-Python formulas here are jitted by
 ``kernels/cuda/integer.py`` too.
 """
@@ -67,10 +68,10 @@ def int_scalar(code, x, y):
         return x | y
     if code == XOR:
         return x ^ y
-    if code == SHL:
-        return x << y
-    if code == SHR:
-        return x >> y
+    if code == SHL:     # a shift past the width (or negative) gives 0, as PyTorch's
+        return x << y if 0 <= y < 64 else x - x
+    if code == SHR:     # ... and the sign's fill
+        return x >> y if 0 <= y < 64 else (x - x if x >= 0 else x - x - 1)
     raise ValueError("int_binary: unknown op code")
 
 
