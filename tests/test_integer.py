@@ -386,3 +386,14 @@ def test_int_tensors_index_as_index_arrays_do(device):
     np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12)
     with pytest.raises(IndexError, match="out of range|outside"):
         x[ng.tensor(np.array([3]), device=device)]
+
+
+def test_a_float_dtype_equal_but_not_identical_stays_a_float():
+    """A dtype object equal to float32 but not numpy's own (as a memmap's may
+    be) is still float32: ops keep it rather than promoting (CI's sklearn
+    readonly-memmap check found this)."""
+    dt = np.dtype(np.float32).newbyteorder("=")
+    assert dt is not np.dtype(np.float32)
+    x = ng.as_tensor(np.ones((2, 3), dt))
+    for out in (ng.relu(x), ng.exp(x), x + 1, ng.sum(x), x[0], ng.maximum(x, 0)):
+        assert out.dtype == np.float32

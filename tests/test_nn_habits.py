@@ -41,6 +41,9 @@ LAYERS = {
     "BatchNorm1d": lambda **kw: nn.BatchNorm1d(3, **kw),
     "BatchNorm2d": lambda **kw: nn.BatchNorm2d(3, **kw),
     "MultiheadAttention": lambda **kw: nn.MultiheadAttention(4, 2, **kw),
+    "RNN": lambda **kw: nn.RNN(3, 2, **kw),
+    "LSTM": lambda **kw: nn.LSTM(3, 2, **kw),
+    "GRU": lambda **kw: nn.GRU(3, 2, **kw),
 }
 
 

@@ -73,7 +73,8 @@ def operand(x: Any, op: str, what: str = "input", ints: bool = False) -> Tensor:
     if type(x) is not Tensor:
         x = coerce(x, kernels.get("cpu"), f"{op}: {what}")
     dtype = x._data.dtype
-    if ints or dtype is _F64 or dtype is _F32:
+    # (identity is the quick test; an equal dtype object, as a memmap's, is a float too)
+    if ints or dtype is _F64 or dtype is _F32 or dtype.kind == "f" and dtype in _dtypes.FLOATS:
         return x
     return cast(refuse_bool(x, op), _defaults.get_default_dtype())
 
