@@ -105,9 +105,11 @@ def test_matches_torch_on_cuda(kind):
     _check_against_torch(kind, dev, x0, True, hidden=3, num_layers=2, batch_first=True)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["LSTM"])
 def test_float32_matches_torch(kind):
-    # float32 (the LSTM's CPU kernels take their vectorised path): values and gradients
+    # float32: the LSTM's CPU kernels take their vectorised path (RNN and GRU are
+    # compositions of ops whose float32 paths their own tests cover; a cold
+    # float32 compile of each costs a minute of CI): values and gradients
     x0 = np.random.default_rng(5).normal(size=(4, 3, 5)).astype(np.float32)
     t, m = _pair(kind, CPU, dtype=np.float32, num_layers=2)
     xt, x = torch.tensor(x0, requires_grad=True), ng.param(x0)
