@@ -10,8 +10,6 @@ anything is written.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .. import buffers, kernels
@@ -19,6 +17,7 @@ from ..kernels.cpu import integer as ic
 from ..kernels.cpu.masks import RANK
 from ..tensor import Tensor
 from ._common import broadcast_shape, contiguous, describe, reshaped, result
+from .masks import _padded
 
 _BOOL = np.dtype(np.bool_)
 _INT64 = np.dtype(np.int64)
@@ -27,24 +26,15 @@ _BOOL_OK = {ic.ADD, ic.MUL, ic.MAX, ic.MIN, ic.AND, ic.OR, ic.XOR}
 _DIVIDES = {ic.FLOORDIV, ic.REMAINDER, ic.FMOD, ic.TRUNCDIV}
 
 
-def _padded(data: Any, rank: int) -> Any:
-    shape = tuple(data.shape)
-    return data if len(shape) == rank else reshaped(data, (1,) * (rank - len(shape)) + shape)
-
-
-def _host(t: Tensor) -> np.ndarray:
-    return np.asarray(t._data) if t._kern.name == "cpu" else kernels.to_host(t._kern, t._data)
-
-
 def binary(code: int, a: Tensor, b: Tensor, op: str) -> Tensor:
     """a <op> b for two integer or bool tensors of one dtype and device."""
     dtype = a.dtype
     if dtype == _BOOL and code not in _BOOL_OK:
         raise TypeError(f"{op}: not defined for two bool tensors ({describe(a)} and "
                         f"{describe(b)}); convert them with .long()")
-    if code in _DIVIDES and (b.shape == () or b.numel()) and not _host(b).all():
+    if code in _DIVIDES and not b.numpy().all():
         raise ZeroDivisionError(f"{op}: integer division by zero (divisor of {describe(b)})")
-    if code == ic.POW and (_host(b) < 0).any():
+    if code == ic.POW and (b.numpy() < 0).any():
         raise ValueError(f"{op}: integers to negative integer powers are not allowed "
                          f"(exponent of {describe(b)}); use floats")
     shape = broadcast_shape(a.shape, b.shape, op)
@@ -65,8 +55,7 @@ def unary(code: int, x: Tensor, op: str) -> Tensor:
     dtype = _BOOL if code == ic.NOT else x.dtype
     kern = x._kern
     out = buffers.take(kern, x.shape, dtype)
-    kernels.call(kern, "int_unary", out.size, code, reshaped(contiguous(x), (x.numel(),)),
-                 reshaped(out, (out.size,)))
+    kernels.call(kern, "int_unary", out.size, code, _padded(contiguous(x), 1), _padded(out, 1))
     return result(out, kern, (), None)
 
 
