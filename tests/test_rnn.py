@@ -127,6 +127,32 @@ def test_float32_matches_torch(kind):
         np.testing.assert_allclose(grads[p.id], want.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_lstm_threaded_twin_matches_torch_and_its_one_thread_blocks(monkeypatch):
+    # the layer kernels' threaded twins split the batch rows over the threads: an
+    # odd batch (uneven blocks), both directions, an initial state; then the
+    # twins' bits against their blocks run on one thread (the governor's choice)
+    from numbagrad.kernels import cpu
+    monkeypatch.setattr(cpu, "MT_MIN", 1)
+    x0 = np.random.default_rng(9).normal(size=(3, 5, 4))
+    _check_against_torch("LSTM", CPU, x0, True, num_layers=2, bidirectional=True)
+    rnn = cpu.rnn
+    rng = np.random.default_rng(10)
+    steps, batch, n = 4, 5, 3
+    proj, w = rng.normal(size=(steps, batch, 4 * n)), rng.normal(size=(4 * n, n))
+    h0, c0 = rng.normal(size=(batch, n)), rng.normal(size=(batch, n))
+    gy = rng.normal(size=(2, steps, batch, n))
+    outs = []
+    for fwd, bwd in ((rnn.lstm_layer_mt, rnn.lstm_layer_backward_mt),
+                     (rnn.lstm_layer_st, rnn.lstm_layer_backward_st)):
+        y, act = np.empty((2, steps, batch, n)), np.empty((steps, batch, 4 * n))
+        fwd(proj, w, np.empty((n, 4 * n)), h0, c0, True, True, y, act, np.empty((batch, 4 * n)))
+        dg, carry = np.empty_like(act), np.empty((2, batch, n))
+        bwd(gy, y, act, w, c0, True, True, dg, carry, np.empty_like(carry))
+        outs.append((y, dg, carry))
+    for a, b in zip(*outs):
+        assert a.tobytes() == b.tobytes()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_state_dict_keys_shapes_and_init_are_torchs(kind):
     for kw in (dict(num_layers=2), dict(num_layers=2, bidirectional=True, bias=False)):

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from .. import buffers, kernels, ops
-from ..ops._common import describe, is_scalar, ones, operand, result
-from ..ops.shape import _view
+from ..ops._common import (contiguous, contiguous_array, describe, is_scalar, ones, operand,
+                           reshaped, result)
+from ..ops.shape import _expand_into, _view
 from ..tape import Node, _Backward
 from ..tensor import Tensor, param
 from .module import Module, _allocating, _dtype
@@ -274,68 +275,95 @@ class LSTM(_RNNBase):
     def _result(self, last: list[Tensor]) -> Any:
         return last[0], last[1]
 
-    # The carry is (hc, h): hc (2, N, H) = [h; c], one fused op's output per
-    # step, and its view h, which the next step's product and the output share.
-    def _initial(self, state: list | None) -> tuple | None:
-        if state is None:
-            return None
-        hc = ops.stack(state, axis=0)
-        return hc, hc[0]
-
-    def _step(self, proj: Tensor, t: int, time_axis: int, carry: tuple | None, w_hh: Tensor,
-              b_hh: Tensor | None) -> tuple:
-        rec = None if carry is None else ops.linear(carry[1], w_hh)
-        hc = _lstm_cell(proj, (t,) if time_axis == 0 else (slice(None), t), rec,
-                        None if carry is None else carry[0])
-        return hc, hc[0]
-
-    def _h(self, carry: tuple) -> Tensor:
-        return carry[1]
-
-    def _finals(self, carry: tuple) -> list[Tensor]:
-        return [carry[1], carry[0][1]]
+    def _direction(self, x: Tensor, params: tuple, state: list | None, time_axis: int,
+                   reverse: bool) -> tuple[Tensor, list[Tensor]]:
+        """The whole sequence as one op after the input projection (see
+        ``_lstm_layer``): y = [h_t; c_t] for every t, of which the output and
+        the last state are views."""
+        w_ih, w_hh, b_ih, b_hh = params
+        proj = ops.linear(x, w_ih, self._input_bias(b_ih, b_hh))
+        y = _lstm_layer(proj, w_hh, state, time_axis, reverse)
+        last = 0 if reverse else y.shape[1] - 1
+        hs = y[0] if time_axis == 0 else ops.transpose(y[0], 0, 1)
+        return hs, [y[0, last], y[1, last]]
 
 
-def _lstm_cell(proj: Tensor, part: tuple, rec: Tensor | None, hc: Tensor | None) -> Tensor:
-    """One LSTM step as one op: [h_t; c_t] (2, N, H) from the step's rows
-    ``proj[part]`` (N, 4H) of the input projection (biases in), rec = h_{t-1}
-    @ W_hh^T (None: h_{t-1} = 0) and hc = [h_{t-1}; c_{t-1}] (None: zeros).
-    The gate math runs in one kernel forward and one backward, where the
-    separate ops would take eight and about twenty."""
+def _lstm_layer(proj: Tensor, w_hh: Tensor, state: list | None, time_axis: int,
+                reverse: bool) -> Tensor:
+    """One LSTM layer and direction over the sequence as one op: y (2, T, N,
+    H) = [h_t; c_t] for every step t from the input projection ``proj`` (time
+    on ``time_axis``, biases in), W_hh and the initial [h0, c0] (None:
+    zeros). The kernel runs the time loop: a small GEMM and the fused cell
+    per step forward; backward the cell's gradient and a GEMM per step, then
+    W_hh's gradient as one GEMM over every step, where separate ops per step
+    took about four times as long."""
     kern = proj._kern
-    xp = _view(kern, proj._data, lambda d: d[part])
-    batch, n = xp.shape[0], xp.shape[1] // 4
-    out = buffers.take(kern, (2, batch, n), xp.dtype)
-    act = buffers.take(kern, (batch, 4 * n), xp.dtype)
-    cprev = _view(kern, (out if hc is None else hc._data), lambda d: d[1])
-    kernels.call(kern, "lstm_cell", out.size, xp, act if rec is None else rec._data,
-                 rec is not None, cprev, hc is not None, out, act)
-    inputs = (proj,) + ((rec,) if rec is not None else ()) + ((hc,) if hc is not None else ())
-    return result(out, kern, inputs, _lstm_cell_backward, (part, act, out, rec is not None,
-                                                           hc is not None))
+    xp = contiguous_array(kern, _view(kern, proj._data, _time_first(time_axis)))
+    steps, batch, gates = xp.shape
+    n, dtype = gates // 4, xp.dtype
+    y = buffers.take(kern, (2, steps, batch, n), dtype)
+    act = buffers.take(kern, (steps, batch, gates), dtype)
+    wt = buffers.take(kern, (n, gates), dtype)
+    rec = buffers.take(kern, (batch, gates), dtype)
+    if state is None:
+        h0 = c0 = _view(kern, y, lambda d: d[0, 0])   # never read
+    else:
+        h0, c0 = (contiguous(s) for s in state)
+    kernels.call(kern, "lstm_layer", y.size, xp, contiguous(w_hh), wt, h0, c0, state is not None,
+                 reverse, y, act, rec)
+    inputs = (proj, w_hh) + tuple(state or ())
+    return result(y, kern, inputs, _lstm_layer_backward, (time_axis, reverse, act, y, h0, c0))
 
 
-def _lstm_cell_backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    proj = node.inputs[0]
-    part, act, out, has_rec, has_c = node.saved
-    rec = node.inputs[1] if has_rec else None
-    hc = node.inputs[-1] if has_c else None
-    kern = proj._kern
+def _time_first(time_axis: int) -> Any:
+    """The view that puts ``time_axis`` first, of a (.., .., 4H) array."""
+    return (lambda d: d) if time_axis == 0 else (lambda d: d.transpose(1, 0, 2))
+
+
+def _lstm_layer_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    proj, w_hh = node.inputs[:2]
+    state = node.inputs[2:]
+    time_axis, reverse, act, y, h0, c0 = node.saved
+    kern, dtype = proj._kern, act.dtype
+    steps, batch, gates = act.shape
     if gout is None:
-        gout = ones(kern, out.shape, out.dtype)
-    dests = []
-    for t, dummy in ((proj, act), (rec, act), (hc, out)):
-        if t is None or not t.requires_grad:
-            dests += [dummy, 0.0, False]
-            continue
-        dest, beta = ctx.dest(t)
-        if t is proj:   # each step adds its rows: the first one zeroes the rest
-            if beta == 0.0:
-                kernels.call(kern, "fill", 0, dest, 0.0)
-            dest, beta = _view(kern, dest, lambda d: d[part]), 1.0
-        dests += [dest, beta, True]
-    cprev = _view(kern, (out if hc is None else hc._data), lambda d: d[1])
-    kernels.call(kern, "lstm_cell_backward", out.size, gout, act, out, cprev, has_c, *dests)
+        gout = ones(kern, y.shape, dtype)
+    dg, beta = None, 1.0
+    if proj.requires_grad:
+        dest, beta = ctx.dest(proj)
+        if beta == 0.0 and time_axis == 0:   # the gates' gradient is proj's: write it there
+            dg = dest
+    if dg is None:
+        dg = buffers.take(kern, act.shape, dtype)
+    carry = buffers.take(kern, (2, batch, gates // 4), dtype)
+    work = buffers.take(kern, (2, batch, gates // 4), dtype)
+    kernels.call(kern, "lstm_layer_backward", dg.size, contiguous_array(kern, gout), y, act,
+                 contiguous(w_hh), c0, bool(state), reverse, dg, carry, work)
+    if proj.requires_grad and dg is not dest:
+        _expand_into(kern, _view(kern, dg, _time_first(time_axis)), dest, beta)
+    if w_hh.requires_grad:
+        # dW_hh = sum over steps of dg[t]^T @ h_prev(t): the steps after the first
+        # in one product, then the first step's with h0
+        dest, beta = ctx.dest(w_hh)
+        rows = (steps - 1) * batch
+        if rows:
+            cut = (lambda d: d[:-1]) if reverse else (lambda d: d[1:])
+            keep = (lambda d: d[0, 1:]) if reverse else (lambda d: d[0, :-1])
+            g2 = reshaped(_view(kern, dg, cut), (rows, gates))
+            h2 = reshaped(_view(kern, y, keep), (rows, gates // 4))
+            kernels.call(kern, "gemm", rows * gates * gates // 4, g2, h2, dest, True, False,
+                         1.0, beta)
+            beta = 1.0
+        if state:
+            first = steps - 1 if reverse else 0
+            kernels.call(kern, "gemm", batch * gates * gates // 4,
+                         _view(kern, dg, lambda d: d[first]), h0, dest, True, False, 1.0, beta)
+        elif not rows and beta == 0.0:
+            kernels.call(kern, "fill", 0, dest, 0.0)
+    for t, k in zip(state, (0, 1)):
+        if t.requires_grad:
+            dest, beta = ctx.dest(t)
+            _expand_into(kern, _view(kern, carry, lambda d: d[k]), dest, beta)
 
 
 class GRU(_RNNBase):
