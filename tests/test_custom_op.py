@@ -361,3 +361,12 @@ def test_bad_calls_fail_before_anything_runs():
         returns(x)
     with pytest.raises(ValueError, match="out_shape returned"):
         ng.custom_op("neg_shape", sq_forward, out_shape=lambda s: (-1,))(x, 1.0)
+
+
+def test_the_overhead_benchmark_runs(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    import bench_custom_op
+    rows = bench_custom_op.main(["--shape", "4", "3", "--repeats", "2", "--min-time", "0.001"])
+    assert [(r["op"], r["mode"]) for r in rows] == [
+        (op, mode) for op in ("relu", "scale") for mode in bench_custom_op.MODES]
+    assert all(r["q1"] <= r["ratio"] <= r["q3"] and r["custom_us"] > 0 for r in rows)
