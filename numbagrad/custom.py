@@ -98,9 +98,17 @@ class CustomOp:
         if out_shape is not None and not callable(out_shape):
             raise TypeError(f"custom_op {name!r}: out_shape must be a function of the tensor "
                             f"inputs' shapes, got {out_shape!r}")
-        if out_dtype is not None and not callable(out_dtype):
-            out_dtype = np.dtype(out_dtype)      # a bad dtype raises NumPy's TypeError here
+        if out_dtype is not None:
+            try:              # a dtype (np.float32 is one, though callable), else a function
+                out_dtype = np.dtype(out_dtype)
+            except TypeError:
+                if not callable(out_dtype):
+                    raise TypeError(f"custom_op {name!r}: out_dtype must be a dtype or a "
+                                    f"function of the inputs' dtypes, got {out_dtype!r}") \
+                        from None
         self._out_dtype = out_dtype
+        # what ng.compile's recordings call the kernels (on either device)
+        self._fwd_name, self._bwd_name = f"custom:{name}", f"custom:{name}.backward"
         for what, fn in (("forward", forward), ("backward", backward)):
             if fn is not None and not _is_njit(fn):
                 hint = (f"; a @cuda.jit kernel goes in cuda_{what}=" if _is_cuda_kernel(fn)
@@ -113,7 +121,6 @@ class CustomOp:
             raise TypeError(f"custom_op {name!r}: a forward kernel is needed (forward=, "
                             f"cuda_forward= or both)")
         self._check_arities(forward, backward, cuda_forward, cuda_backward)
-        self._fwd_name, self._bwd_name = f"custom:{name}", f"custom:{name}.backward"
 
     # ------------------------------------------------------------ definition checks
     def _cuda_kernel(self, spec: Any, what: str) -> tuple | None:
@@ -130,7 +137,8 @@ class CustomOp:
             raise TypeError(f"custom_op {self.name!r}: {what}'s launch must be a function "
                             f"(out_shape, *input_shapes) -> (blocks, threads), got "
                             f"{geometry!r}")
-        return _Launch(kernel, f"{self.name}.{what}"), geometry
+        name = self._fwd_name if what == "cuda_forward" else self._bwd_name
+        return _Launch(kernel, name), geometry
 
     def _check_arities(self, *fns: Any) -> None:
         """The kernels' parameter counts, where they can be read: the forwards

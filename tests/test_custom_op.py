@@ -192,6 +192,37 @@ def test_numbers_are_scalars_and_empty_tensors_run_nothing():
     assert y.shape == (0, 3) and x.grad.shape == (0, 3)
 
 
+@njit
+def take_forward(out, x, idx):
+    for i in range(idx.size):
+        out[i] = x[idx[i]]
+
+
+@njit
+def take_backward(gout, out, x, idx, gx, gidx):
+    for i in range(idx.size):
+        gx[idx[i]] += gout[i]        # repeated indices add up; gidx (integers) is scratch
+
+
+take = ng.custom_op("take", take_forward, take_backward, out_shape=lambda xs, ids: ids)
+
+
+def test_integer_inputs_and_the_output_dtype():
+    rng = np.random.default_rng(8)
+    a, idx = rng.normal(size=(5,)), np.array([4, 0, 4, 2])
+    matches_torch(lambda x: take(x, idx), lambda t: t[idx], [a], name="take")
+    x = ng.param(a)
+    with ng.grad_tape():
+        assert take(x, ng.tensor(idx)).dtype == np.float64
+    single = ng.custom_op("take32", take_forward, out_shape=lambda xs, ids: ids,
+                          out_dtype=np.float32)
+    y = single(a, idx)
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y.numpy(), a[idx].astype(np.float32))
+    widest = ng.custom_op("widest", sq_forward, out_dtype=lambda dt: np.promote_types(dt, "f8"))
+    assert widest(a.astype(np.float32), 1.0).dtype == np.float64
+
+
 def test_forward_only_op_runs_without_a_gradient():
     op = ng.custom_op("scale_only", sq_forward)
     x = ng.param(np.arange(3.0))
@@ -328,6 +359,8 @@ def test_bad_kernels_fail_at_definition():
         ng.custom_op("bad", None, sq_backward)
     with pytest.raises(TypeError, match="out_shape must be a function"):
         ng.custom_op("bad", sq_forward, out_shape=(3,))
+    with pytest.raises(TypeError, match="out_dtype must be a dtype or a function"):
+        ng.custom_op("bad", sq_forward, out_dtype=object())
 
 
 def test_bad_calls_fail_before_anything_runs():
