@@ -23,7 +23,8 @@ One private module per concept, their public names re-exported here:
 * ``_env``: ``env_int``, the reader of the packages' environment settings.
 * ``_diagnose``: ``cuda_available``, ``cuda_unavailable_reason``.
 * ``_hook``: the observer hook and the entry points (``Observer``,
-  ``observe``, ``call``, ``empty``, ``from_host``, ``to_host``, ``host_copy``).
+  ``observe``, ``call``, ``call_fn``, ``empty``, ``from_host``, ``to_host``,
+  ``host_copy``).
 * ``_typed_calls``: the typed-call fast path (``call_typed``, ``typed``,
   ``hot_table``, ``clear_hot_tables``) and its state (``CHECK_TYPED``,
   ``_typed``), read and patched on that module.
@@ -48,12 +49,12 @@ from ._diagnose import cuda_available, cuda_unavailable_reason
 from ._geometry import address, extent
 from ._registry import (DEVICES, check_device, get, missing, missing_report, register,
                         registry, split)
-from ._hook import Observer, call, empty, from_host, host_copy, observe, to_host
+from ._hook import Observer, call, call_fn, empty, from_host, host_copy, observe, to_host
 from ._typed_calls import call_typed, clear_hot_tables, hot_table, typed
 from . import _registry
 
-__all__ = ["DEVICES", "NAMES", "Observer", "address", "call", "call_typed", "check_device",
-           "clear_hot_tables", "cuda_available", "cuda_unavailable_reason", "empty",
+__all__ = ["DEVICES", "NAMES", "Observer", "address", "call", "call_fn", "call_typed",
+           "check_device", "clear_hot_tables", "cuda_available", "cuda_unavailable_reason", "empty",
            "env_int", "extent", "from_host", "get", "host_copy", "hot_table", "missing",
            "missing_report", "observe", "register", "registry", "split", "to_host", "typed"]
 

@@ -1,7 +1,8 @@
 """The entry points code outside ``kernels/`` reaches a device through, and
 the one observer subscribed to all of them.
 
-``call`` runs a kernel (and picks its threaded twin), ``empty``/``from_host``/
+``call`` runs a kernel (and picks its threaded twin), ``call_fn`` one that
+no device registers (a user's, ``ng.custom_op``), ``empty``/``from_host``/
 ``to_host`` allocate and copy, ``host_copy`` marks a function that copies host
 data. ``observe`` subscribes one observer (``ng.compile``'s recorder) to every
 one of them; ``tests/test_hook.py`` fails if an op reaches a kernel any other
@@ -86,6 +87,17 @@ def call(kern: ModuleType, name: str, size: int, *args: Any) -> Any:
         raise LookupError(_unknown(kern, name)) from None
     if _observer is not None:
         _observer.kernel(fn, kern.KERNELS[name][threaded][1], args)
+    return fn(*args)
+
+
+def call_fn(fn: Callable, name: str, *args: Any) -> Any:
+    """Run ``fn(*args)``, a kernel no device registers (a user's @njit
+    dispatcher, a CUDA launcher: ``ng.custom_op``), seen by the observer as
+    ``call``'s kernels are, so that ``ng.compile`` records it as ``name``.
+    For the generated CPU step ``fn`` must be an @njit dispatcher returning
+    nothing; the CUDA replay calls any ``fn`` again with the recorded args."""
+    if _observer is not None:
+        _observer.kernel(fn, name, args)
     return fn(*args)
 
 
