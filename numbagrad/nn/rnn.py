@@ -5,7 +5,8 @@ a PyTorch state dict loads and gives PyTorch's outputs.
 Each layer and direction projects the whole sequence with one GEMM
 (``x @ weight_ih.T`` over every time step, the biases folded in where the
 math allows); only the recurrent ``h @ weight_hh.T`` and the gate math run
-inside the time loop, as the ops ``ng.compile`` records.
+inside the time loop: for RNN and GRU as ops, for LSTM as one op over the
+sequence (``_lstm_layer``: its kernels run the loop).
 """
 from __future__ import annotations
 

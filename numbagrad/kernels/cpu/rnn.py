@@ -174,28 +174,29 @@ def lstm_layer(proj, w_hh, wt, h0, c0, has_h0, reverse, y, act, rec):
     _set_blas_threads(previous)
 
 
-@njit(cache=True, error_model="numpy", parallel=True)
-def lstm_layer_mt(proj, w_hh, wt, h0, c0, has_h0, reverse, y, act, rec):
-    """``lstm_layer`` with the batch rows split over Numba's threads."""
+@njit(error_model="numpy", inline="always")
+def _forward_split(proj, w_hh, wt, h0, c0, has_h0, reverse, y, act, rec):
+    # blocks of batch rows over Numba's threads (a prange: over none in the _st twin)
     _transpose(w_hh, wt)
-    blocks, step = _row_blocks(y.shape[2], num_threads())
+    rows = y.shape[2]
+    blocks, step = _row_blocks(rows, num_threads())
     previous = _set_blas_threads(1)
     for q in prange(blocks):
         _forward_rows(proj, wt, h0, c0, has_h0, reverse, y, act, rec, q * step,
-                      min(y.shape[2], q * step + step))
+                      min(rows, q * step + step))
     _set_blas_threads(previous)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def lstm_layer_mt(proj, w_hh, wt, h0, c0, has_h0, reverse, y, act, rec):
+    """``lstm_layer`` with the batch rows split over Numba's threads."""
+    _forward_split(proj, w_hh, wt, h0, c0, has_h0, reverse, y, act, rec)
 
 
 @njit(cache=True, error_model="numpy")
 def lstm_layer_st(proj, w_hh, wt, h0, c0, has_h0, reverse, y, act, rec):
     """``lstm_layer_mt``'s blocks on the calling thread alone: its bits."""
-    _transpose(w_hh, wt)
-    blocks, step = _row_blocks(y.shape[2], num_threads())
-    previous = _set_blas_threads(1)
-    for q in range(blocks):
-        _forward_rows(proj, wt, h0, c0, has_h0, reverse, y, act, rec, q * step,
-                      min(y.shape[2], q * step + step))
-    _set_blas_threads(previous)
+    _forward_split(proj, w_hh, wt, h0, c0, has_h0, reverse, y, act, rec)
 
 
 @njit(cache=True, error_model="numpy")
@@ -211,28 +212,28 @@ def lstm_layer_backward(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g):
     _set_blas_threads(previous)
 
 
-@njit(cache=True, error_model="numpy", parallel=True)
-def lstm_layer_backward_mt(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g):
-    """``lstm_layer_backward`` with the batch rows split over Numba's threads."""
+@njit(error_model="numpy", inline="always")
+def _backward_split(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g):
     carry[:] = 0.0
-    blocks, step = _row_blocks(y.shape[2], num_threads())
+    rows = y.shape[2]
+    blocks, step = _row_blocks(rows, num_threads())
     previous = _set_blas_threads(1)
     for q in prange(blocks):
         _backward_rows(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g, q * step,
-                       min(y.shape[2], q * step + step))
+                       min(rows, q * step + step))
     _set_blas_threads(previous)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def lstm_layer_backward_mt(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g):
+    """``lstm_layer_backward`` with the batch rows split over Numba's threads."""
+    _backward_split(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g)
 
 
 @njit(cache=True, error_model="numpy")
 def lstm_layer_backward_st(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g):
     """``lstm_layer_backward_mt``'s blocks on the calling thread alone: its bits."""
-    carry[:] = 0.0
-    blocks, step = _row_blocks(y.shape[2], num_threads())
-    previous = _set_blas_threads(1)
-    for q in range(blocks):
-        _backward_rows(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g, q * step,
-                       min(y.shape[2], q * step + step))
-    _set_blas_threads(previous)
+    _backward_split(gy, y, act, w_hh, c0, has_h0, reverse, dg, carry, g)
 
 
 ONE_THREAD.update(lstm_layer=lstm_layer_st, lstm_layer_backward=lstm_layer_backward_st)
