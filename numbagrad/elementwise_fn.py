@@ -112,7 +112,35 @@ def _cpu_source(d: Derived) -> str:
                 f"            f{i}[k] = acc{i}[k] if beta{i} == 0 else acc{i}[k] + "
                 f"beta{i} * f{i}[k]"]
     return "\n\n".join([_jitted(HELPERS), _CPU_OFFSET, "@_jit\n" + d.value_source,
-                        "@_jit\n" + d.partials_source, "\n".join(fwd), "\n".join(bwd)]) + "\n"
+                        "@_jit\n" + d.partials_source, "\n".join(fwd), "\n".join(bwd),
+                        *_cpu_threaded(n)]) + "\n"
+
+
+_BLOCK = 4096   # columns per task of a threaded kernel
+
+
+def _cpu_threaded(n: int) -> list[str]:
+    """The threaded twins, for 2-D operands: ``forward_mt``, and
+    ``backward_mt`` for gradients that are not summed over broadcast dims
+    (the caller's choice). Each task is one row's block of columns, computed
+    with the serial kernels' per-element expressions, so the bits are theirs."""
+    ins = ", ".join(f"a{i}" for i in range(n))
+    head = ["    rows, n = {o}.shape", f"    nb = (n + {_BLOCK - 1}) // {_BLOCK}"]
+    head += [f"    b{i} = np.broadcast_to(a{i}, {{o}}.shape)" for i in range(n)]
+    head += ["    for t in prange(rows * nb):", "        i = t // nb",
+             f"        c0 = (t % nb) * {_BLOCK}", f"        c1 = min(c0 + {_BLOCK}, n)",
+             "        for j in range(c0, c1):"]
+    at = ", ".join(f"b{i}[i, j]" for i in range(n))
+    fwd = ["@_kernel_mt", f"def forward_mt({ins}, out):"] + [h.format(o="out") for h in head]
+    fwd += [f"            out[i, j] = _value({at})"]
+    dests = ", ".join(f"d{i}, beta{i}, need{i}" for i in range(n))
+    bwd = ["@_kernel_mt", f"def backward_mt({ins}, g, {dests}):"]
+    bwd += [h.format(o="g") for h in head]
+    bwd += [f"            p = _partials({at})", "            gv = g[i, j]"]
+    for i in range(n):
+        bwd += [f"            if need{i}:", f"                v = gv * p[{i}]",
+                f"                d{i}[i, j] = v if beta{i} == 0 else v + beta{i} * d{i}[i, j]"]
+    return ["\n".join(fwd), "\n".join(bwd)]
 
 
 def _jitted(source: str) -> str:
@@ -204,8 +232,9 @@ class ElementwiseFunction:
     def __repr__(self) -> str:
         return f"<ng.elementwise {self.op_name}({', '.join(self.derived.args)})>"
 
-    def kernels(self, kern: Any, dtype: np.dtype, rank: int) -> tuple[Callable, Callable]:
-        """(forward, backward) compiled for ``kern``'s device and ``dtype``."""
+    def kernels(self, kern: Any, dtype: np.dtype, rank: int) -> tuple:
+        """(forward, backward, forward_mt, backward_mt) for ``kern``'s device and
+        ``dtype`` (the threaded twins: CPU only, else None)."""
         key = (kern.name, dtype.str, rank if kern.name != "cpu" else 0)
         pair = self._compiled.get(key)
         if pair is None:
@@ -215,12 +244,15 @@ class ElementwiseFunction:
                     pair = self._compiled[key] = self._compile(kern.name, dtype, rank)
         return pair
 
-    def _compile(self, device: str, dtype: np.dtype, rank: int) -> tuple[Callable, Callable]:
+    def _compile(self, device: str, dtype: np.dtype, rank: int) -> tuple:
         space: dict[str, Any] = {"math": math, "np": np, "_T": dtype.type}
         if device == "cpu":
+            import numba
             from numba import njit
             space["_jit"] = njit(error_model="numpy")
             space["_kernel"] = njit(error_model="numpy")
+            space["_kernel_mt"] = njit(error_model="numpy", parallel=True)
+            space["prange"] = numba.prange
             source = self._cpu_text
         else:
             from numba import cuda
@@ -230,13 +262,13 @@ class ElementwiseFunction:
         code = compile(source, f"<ng.elementwise {self.op_name} {device} {dtype}>", "exec")
         exec(code, space)   # noqa: S102 (generated from the checked AST of the function)
         if device == "cpu":
-            return space["forward"], space["backward"]
+            return space["forward"], space["backward"], space["forward_mt"], space["backward_mt"]
         from numba import cuda
         n = self.nargs
         fwd = _CudaLauncher(cuda.jit(space["forward"]), lambda args: args[n].size)
         bwd = _CudaLauncher(cuda.jit(space["backward"]), lambda args: sum(
             args[n + 1 + 3 * i].size for i in range(n) if args[n + 3 + 3 * i]))
-        return fwd, bwd
+        return fwd, bwd, None, None
 
     def __call__(self, *args: Any) -> Tensor:
         name = self.op_name
@@ -271,13 +303,26 @@ class ElementwiseFunction:
                 + " cannot be broadcast together") from None
         out = buffers.take(kern, shape, want)
         full, views = _merged(kern, shape, tuple(t._data for t in inputs))
-        forward, backward = self.kernels(kern, want, len(full))
-        _run(forward, f"elementwise:{name}", (*views, reshaped(out, full)))
-        return result(out, kern, inputs, _backward, (self, tuple(views), full, backward))
+        fns = self.kernels(kern, want, len(full))
+        threaded = _threaded(kern, full)
+        _run(fns[2] if threaded else fns[0], f"elementwise{'_mt' * threaded}:{name}",
+             (*views, reshaped(out, full)))
+        return result(out, kern, inputs, _backward, (self, tuple(views), full, fns))
+
+
+def _threaded(kern: Any, full: tuple) -> bool:
+    """Whether the threaded twins run on operands of merged shape ``full``:
+    2-D, at least ``MT_MIN`` elements, on the CPU, while the thread governor
+    allows threads (a recording forces them on; a compiled step then always
+    runs the threaded twin, as recorded)."""
+    if kern.name != "cpu" or len(full) != 2 or math.prod(full) < kern.MT_MIN:
+        return False
+    from .kernels.cpu._threads import ALLOWED
+    return bool(ALLOWED[0])
 
 
 def _backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    op, views, full, backward = node.saved
+    op, views, full, fns = node.saved
     inputs = node.inputs
     kern = inputs[0]._kern
     dtype = views[0].dtype
@@ -289,6 +334,11 @@ def _backward(ctx: _Backward, node: Node, gout: Any) -> None:
     else:   # a tensor passed twice: its gradients land in one array, one at a time
         groups = [[i] for i in wanted]
     zero = scalar_of(dtype, 0.0)
+    # threaded only where no gradient sums over broadcast dims (those sums
+    # keep the serial kernel's one order)
+    threaded = _threaded(kern, full) and all(views[i].shape == full for i in wanted)
+    backward, name = (fns[3], "elementwise_backward_mt") if threaded else \
+        (fns[1], "elementwise_backward")
     for group in groups:
         args: list[Any] = [*views, g2]
         for i in range(len(inputs)):
@@ -297,7 +347,7 @@ def _backward(ctx: _Backward, node: Node, gout: Any) -> None:
                 args += [reshaped(dest, views[i].shape), scalar_of(dtype, beta), True]
             else:
                 args += [g2, zero, False]
-        _run(backward, f"elementwise_backward:{op.op_name}", tuple(args))
+        _run(backward, f"{name}:{op.op_name}", tuple(args))
 
 
 def elementwise(fn: Callable) -> ElementwiseFunction:
