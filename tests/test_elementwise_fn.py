@@ -156,6 +156,28 @@ def test_min_max_abs_and_comparisons_follow_pytorch_at_ties():
     np.testing.assert_allclose(y.grad, ty.grad.numpy(), rtol=1e-15)
 
 
+@ng.elementwise
+def powers(x, y):
+    return x ** y + math.atan2(y, x) - math.hypot(x, 2.0) / math.cosh(y)
+
+
+def test_tensor_exponents_and_two_argument_math_match_pytorch():
+    rng = np.random.default_rng(5)
+    xs, ys = rng.uniform(0.2, 2.0, (3, 1)), rng.uniform(-1.5, 1.5, (4,))
+    x, y = ng.param(xs), ng.param(ys)
+    with ng.grad_tape():
+        out = powers(x, y)
+        out.sum().backward()
+    tx, ty = (torch.tensor(a, requires_grad=True) for a in (xs, ys))
+    tout = tx ** ty + torch.atan2(ty, tx) - torch.hypot(tx, torch.tensor(2.0,
+                                                                        dtype=torch.float64)) \
+        / torch.cosh(ty)
+    tout.sum().backward()
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(x.grad, tx.grad.numpy(), rtol=1e-13)
+    np.testing.assert_allclose(y.grad, ty.grad.numpy(), rtol=1e-13)
+
+
 def test_cuda_matches_cpu():
     if not ng.cuda_available():
         pytest.skip(ng.cuda_unavailable_reason())
@@ -169,6 +191,24 @@ def test_cuda_matches_cpu():
                                            else p.grad.copy_to_host() for p in params]
     for a, b in zip(results["cpu"], results["cuda"]):
         np.testing.assert_array_max_ulp(a, b, maxulp=4)
+
+
+def test_cuda_compiled_step_replays_eager(tmp_path):
+    if not ng.cuda_available():
+        pytest.skip(ng.cuda_unavailable_reason())
+    rng = np.random.default_rng(6)
+    w0 = rng.uniform(0.5, 1.0, (2, 3)).astype(np.float32)
+    pa, pb = ng.param(w0, device="cuda"), ng.param(w0.copy(), device="cuda")
+    step = ng.compile(lambda x: three(x, pb, 0.75).sum(), cache_dir=str(tmp_path))
+    for _ in range(3):
+        x = ng.tensor(rng.uniform(0.5, 1.0, (3,)).astype(np.float32), device="cuda")
+        with ng.grad_tape():
+            la = three(x, pa, 0.75).sum()
+        la.backward()
+        lb = step(x)
+        assert la.numpy().tobytes() == lb.numpy().tobytes()
+        assert pa.grad.copy_to_host().tobytes() == pb.grad.copy_to_host().tobytes()
+    assert [s["mode"] for s in step.stats] == ["replay"]
 
 
 def test_threaded_twins_give_the_serial_bits():
