@@ -401,7 +401,8 @@ class _Writer:
                 a, ta = self.expr(node.operand, env, lines, depth)
                 return self.let(lines, depth, f"-{a}"), [self.neg(t) for t in ta]
             if isinstance(node.op, ast.Not):
-                return self.let(lines, depth, f"_T({self.condition(node, env, lines, depth)})"), zero
+                test = self.condition(node, env, lines, depth)
+                return self.let(lines, depth, f"_T({test})"), zero
             raise self.fail(f"the operator {type(node.op).__name__} is not supported", node)
         if isinstance(node, ast.BinOp):
             return self.binop(node, env, lines, depth)

@@ -362,12 +362,15 @@ def elementwise(fn: Callable) -> ElementwiseFunction:
     (statements and conditional expressions), assignments to local names,
     ``min``/``max``/``abs`` (PyTorch's ``maximum``/``minimum``/``abs``: nan
     wins, ties split the gradient, sign 0 at 0), numbers from its globals or
-    closure, math's constants and these ``math`` functions: {math}. Its derivatives are exact: source-to-source
-    forward-mode differentiation of its AST (the ``if`` taken is
-    differentiated, comparisons have zero derivative). Anything else (a loop,
-    a call to another function, a closure over a non-number, a lambda whose
-    source cannot be read) raises ``ElementwiseError`` (a TypeError) here,
-    naming the construct and its line."""
+    closure, math's constants and these ``math`` functions: {math}.
+    Anything else (a loop, a call to another function, a closure over a
+    non-number, a lambda whose source cannot be read) raises
+    ``ElementwiseError`` (a TypeError) here, naming the construct and its line.
+
+    Its derivatives are exact: source-to-source forward-mode differentiation
+    of its AST (the ``if`` taken is differentiated, comparisons have zero
+    derivative); no finite differences. The backward recomputes the
+    function's intermediate values rather than storing them."""
     return ElementwiseFunction(fn)
 
 
