@@ -27,6 +27,7 @@ import ast
 import inspect
 import math
 import numbers
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -155,14 +156,14 @@ def _source_tree(fn: Callable) -> tuple[ast.AST, int]:
     code = fn.__code__
     params = code.co_varnames[:code.co_argcount]
     if name == "<lambda>":
-        found = [] if tree is None else [
-            n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
-            and tuple(a.arg for a in n.args.args) == params]
+        found = [n for n in _lambdas(text, tree)
+                 if tuple(a.arg for a in n.args.args) == params]
+        if len(found) > 1:   # several on the line: one that compiles to fn's code
+            found = [n for n in found if _same_code(n, code)][:1]
         if len(found) != 1:
-            why = "no lambda" if not found else f"{len(found)} lambdas"
             raise ElementwiseError(
-                f"ng.elementwise: the source of a lambda (line {first}) cannot be read: "
-                f"{why} with arguments {params} found there; define it with def")
+                f"ng.elementwise: the source of a lambda (line {first}) cannot be read: no "
+                f"lambda with arguments {params} found there; define it with def")
         return found[0], first
     found = [] if tree is None else [n for n in ast.walk(tree)
                                      if isinstance(n, ast.FunctionDef) and n.name == name]
@@ -170,6 +171,38 @@ def _source_tree(fn: Callable) -> tuple[ast.AST, int]:
         raise ElementwiseError(f"ng.elementwise: the source of {name} (line {first}) cannot "
                                "be parsed as a def")
     return found[0], first
+
+
+def _lambdas(text: str, tree: ast.AST | None) -> list[ast.Lambda]:
+    """The lambdas in ``text``, a lambda's source lines, which may be a piece
+    of a longer expression that does not parse alone (``f(\\n lambda x: x)``):
+    then each lambda is the longest text from its keyword on that parses."""
+    if tree is not None:
+        return [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+    found = []
+    for m in re.finditer(r"\blambda\b", text[:4000]):
+        tail = text[m.start():m.start() + 2000]
+        for end in range(len(tail), 0, -1):
+            try:
+                node = ast.parse(tail[:end], mode="eval").body
+            except SyntaxError:
+                continue
+            if isinstance(node, ast.Lambda):
+                ast.increment_lineno(node, text[:m.start()].count("\n"))
+                found.append(node)
+            break
+    return found
+
+
+def _same_code(node: ast.Lambda, code: Any) -> bool:
+    """Whether the lambda ``node`` compiles to the bytecode and constants of ``code``."""
+    try:
+        outer = compile(ast.fix_missing_locations(ast.Expression(body=node)), "<lambda>", "eval")
+    except (SyntaxError, ValueError, TypeError):
+        return False
+    inner = [c for c in outer.co_consts if hasattr(c, "co_code")]
+    return len(inner) == 1 and inner[0].co_code == code.co_code \
+        and inner[0].co_consts == code.co_consts and inner[0].co_names == code.co_names
 
 
 def derive(fn: Callable) -> Derived:
