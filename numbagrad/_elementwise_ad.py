@@ -103,7 +103,6 @@ def _dpow_b(a, b, y):
         return _T(0)
     return y * math.log(a)
 '''
-HELPER_NAMES = ("_sign", "_max", "_min", "_dmax_a", "_dmax_b", "_dpow_a", "_dpow_b")
 
 
 @dataclass
@@ -218,8 +217,6 @@ def derive(fn: Callable) -> Derived:
     args = tuple(x.arg for x in a.args)
     if not args:
         raise _fail("the function takes no arguments", node, name, first)
-    if isinstance(node, ast.FunctionDef) and node.decorator_list:
-        pass    # the decorator is @ng.elementwise itself (or one the caller applied first)
     body = [ast.Return(value=node.body, lineno=node.lineno, col_offset=0)] \
         if isinstance(node, ast.Lambda) else node.body
     free = _free_values(fn)

@@ -318,14 +318,15 @@ class ElementwiseFunction:
                 raise ValueError(f"{name}: arguments are on different devices: "
                                  f"{self.derived.args[first]!r} on {tensors[first].device}, "
                                  f"{self.derived.args[i]!r} on {t.device}")
-        inputs = tuple(cast(t, want) if t is not None else _number_like(a, want, kern)
-                       for t, a in zip(tensors, args))
+        shapes = [() if t is None else tuple(t.shape) for t in tensors]
         try:
-            shape = tuple(np.broadcast_shapes(*(t.shape for t in inputs)))
+            shape = tuple(np.broadcast_shapes(*shapes))
         except ValueError:
             raise ValueError(f"{name}: shapes " + ", ".join(
-                f"{a} {t.shape}" for a, t in zip(self.derived.args, inputs))
+                f"{a} {s}" for a, s in zip(self.derived.args, shapes))
                 + " cannot be broadcast together") from None
+        inputs = tuple(cast(t, want) if t is not None else _number_like(a, want, kern)
+                       for t, a in zip(tensors, args))
         out = buffers.take(kern, shape, want)
         full, views = _merged(kern, shape, tuple(t._data for t in inputs))
         fns = self.kernels(kern, want, len(full))

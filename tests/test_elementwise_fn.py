@@ -3,6 +3,10 @@ derivatives come from forward-mode differentiation of its source. Each
 function is checked against the same expression written with numbagrad ops
 (4 ulp, values and gradients), finite differences and PyTorch."""
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -237,6 +241,48 @@ def test_threaded_twins_give_the_serial_bits():
     backward(xs, gs, dest, 0.0, True)
     assert y.numpy().tobytes() == out.tobytes()
     assert np.asarray(x.grad).tobytes() == dest.tobytes()
+
+
+PTX_SCRIPT = textwrap.dedent("""
+    import math
+    import numpy as np
+    from numba import cuda, float32, float64, types
+    import numba.cuda.dispatcher as dispatcher
+    from numbagrad.elementwise_fn import ElementwiseFunction
+
+    class Target:     # no driver here: device functions ask it for the architecture
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: Target
+
+    def every_construct(x, b):
+        z = x * b
+        if z > 20.0 or not x < 30.0:
+            return x
+        z -= math.floor(x) + (x < b)
+        return (math.log1p(math.exp(z)) / b + max(x, b) * abs(x) + math.erf(x) ** b
+                + math.atan2(x, b) - (z if z > 0 else -z))
+
+    op = ElementwiseFunction(every_construct)
+    for nb, dt in ((float32, np.dtype(np.float32)), (float64, np.dtype(np.float64))):
+        a = types.Array(nb, 3, "A")
+        forward, backward, _, _ = op._compile("cuda", dt, 3)
+        for kernel, sig in ((forward, (a,) * 3), (backward, (a,) * 3 + (a, nb, types.boolean) * 2)):
+            ptx, _ = cuda.compile_ptx(kernel.kernel.py_func, sig, cc=(9, 0))
+            assert ".entry" in ptx
+    print("ok")
+""")
+
+
+def test_cuda_kernels_compile_to_ptx(tmp_path):
+    # the simulator runs the kernels as Python: this types them as a GPU would
+    script = tmp_path / "ptx.py"          # a file: the function's source is read
+    script.write_text(PTX_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this checkout
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                         text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
 
 
 # ------------------------------------------------------------------ edge cases
