@@ -11,7 +11,8 @@ functions as source text:
 * ``_partials(v_x, v_y, ...)``: the tuple of the partial derivatives of
   ``fn`` by each argument, by forward-mode differentiation of the same
   statements: every value carries one tangent per argument, each statement
-  gets its derivative by the chain rule (``_RULES`` for the math functions),
+  gets its derivative by the chain rule (``_UNARY_RULES`` and
+  ``_BINARY_RULES`` for the math functions),
   an ``if`` is differentiated branch by branch, and a comparison has zero
   derivative. A tangent known to be zero is left out of the expressions
   (not multiplied by 0, which is nan at inf), one known to be 1 is not
@@ -308,16 +309,16 @@ class _Writer:
         if isinstance(stmt, ast.Assign):
             if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
                 raise self.fail("only assignments to one plain name are supported", stmt)
-            return self.bind(stmt.targets[0].id, stmt.value, env, lines, depth, stmt)
+            return self.bind(stmt.targets[0].id, stmt.value, env, lines, depth)
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
-            return self.bind(stmt.target.id, stmt.value, env, lines, depth, stmt)
+            return self.bind(stmt.target.id, stmt.value, env, lines, depth)
         if isinstance(stmt, ast.AugAssign):
             if not isinstance(stmt.target, ast.Name):
                 raise self.fail("only augmented assignments to a plain name are supported",
                                 stmt)
             value = ast.BinOp(left=ast.Name(id=stmt.target.id, ctx=ast.Load()), op=stmt.op,
                               right=stmt.value, lineno=stmt.lineno, col_offset=0)
-            return self.bind(stmt.target.id, value, env, lines, depth, stmt)
+            return self.bind(stmt.target.id, value, env, lines, depth)
         if isinstance(stmt, ast.If):
             return self.branch(stmt, env, lines, depth)
         if isinstance(stmt, ast.Pass):
@@ -335,8 +336,7 @@ class _Writer:
         raise self.fail(f"{what} is not supported (straight-line code with if/else only)",
                         stmt)
 
-    def bind(self, name: str, value: ast.expr, env: dict, lines: list, depth: int,
-             stmt: ast.stmt) -> dict:
+    def bind(self, name: str, value: ast.expr, env: dict, lines: list, depth: int) -> dict:
         atom, ts = self.expr(value, env, lines, depth)
         ts = self.assign_tangents(lines, depth, ts)
         self.emit(lines, depth, f"v_{name} = _T({atom})")
