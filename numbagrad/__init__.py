@@ -26,6 +26,7 @@ from .serialization import load, save
 from ._dtypes import promote_types, result_type
 from .testing import gradcheck
 from .custom import custom_op
+from .elementwise_fn import elementwise
 
 __version__ = "0.2.0"
 
@@ -39,4 +40,4 @@ __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
            "compile", "manual_seed", "random", "set_default_dtype", "get_default_dtype",
            "promote_types", "result_type", "float32", "float64", "int8", "int16", "int32",
-           "int64", "uint8", "bool", "custom_op", "__version__"]
+           "int64", "uint8", "bool", "custom_op", "elementwise", "__version__"]
