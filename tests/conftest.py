@@ -161,6 +161,30 @@ def matches_torch(f, g, arrays, dev: Dev | None = None, name: str = "", rtol: fl
     assert_grads_like_torch(name, ps, ts, grads, rtol=rtol, atol=atol)
 
 
+def compiled_matches_eager(make, batches, cache_dir, same_random=False):
+    """``make()`` -> (params, loss_fn, optimizer), called twice: one copy
+    trained eagerly, the other through ``ng.compile``, on the same
+    ``batches`` (tuples of loss_fn's arguments); the losses and the params
+    agree bit for bit after every step (``same_random``: the compiled step
+    draws the eager one's random numbers, its dropout masks). Returns the
+    compiled step."""
+    (pa, fa, oa), (pb, fb, ob) = make(), make()
+    step = ng.compile(fb, optimizer=ob, cache_dir=str(cache_dir))
+    for i, args in enumerate(batches):
+        state = ng.random.get_state()
+        with ng.grad_tape():
+            la = fa(*args)
+        la.backward()
+        oa.step()
+        if same_random:
+            ng.random.set_state(state)
+        lb = step(*args)
+        assert la.numpy().tobytes() == lb.numpy().tobytes(), i
+        for a, b in zip(pa, pb, strict=True):
+            assert a.numpy().tobytes() == b.numpy().tobytes(), i
+    return step
+
+
 def cuda_launches(f, x) -> tuple[int, int]:
     """CUDA launches of ``out = f(x)`` recorded on a tape, and of its node's
     backward given a gradient of ones (the op alone, no seed)."""

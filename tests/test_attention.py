@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
-from conftest import cuda_dev, cuda_launches, inputs, matches_torch, weighted_sum
-from numbagrad.compile import compile as ng_compile
+from conftest import (compiled_matches_eager, cuda_dev, cuda_launches, inputs, matches_torch,
+                      weighted_sum)
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -288,25 +288,13 @@ def _block(seed=0):
 
 
 def test_compiled_block_is_bit_identical_to_eager(tmp_path):
-    (pa, fa), (pb, fb) = _block(), _block()
-    oa = ng.optim.Adam(pa, lr=0.01, accumulate_steps=2)
-    ob = ng.optim.Adam(pb, lr=0.01, accumulate_steps=2)
-    step = ng_compile(fb, optimizer=ob, cache_dir=str(tmp_path))
+    def make():
+        params, loss_fn = _block()
+        return params, loss_fn, ng.optim.Adam(params, lr=0.01, accumulate_steps=2)
     rng = np.random.default_rng(2)
     batches = [(ng.tensor(rng.normal(size=(2, 4, 8)).astype(np.float32)),
                 ng.tensor(rng.normal(size=(2, 4, 3)).astype(np.float32))) for _ in range(2)]
-    for i in range(6):
-        x, y = batches[i % 2]
-        state = ng.random.get_state()
-        with ng.grad_tape():
-            la = fa(x, y)
-        la.backward()
-        oa.step()
-        ng.random.set_state(state)              # the same dropout masks for the compiled step
-        lb = step(x, y)
-        assert la.numpy().tobytes() == lb.numpy().tobytes(), i
-        for a, b in zip(pa, pb):
-            assert a.numpy().tobytes() == b.numpy().tobytes(), i
+    step = compiled_matches_eager(make, [batches[i % 2] for i in range(6)], tmp_path, same_random=True)
     assert step.stats[-1]["mode"] == "njit"
 
 

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
-from conftest import cuda_dev, cuda_launches, inputs, matches_torch
-from numbagrad.compile import compile as ng_compile
+from conftest import compiled_matches_eager, cuda_dev, cuda_launches, inputs, matches_torch
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -240,23 +239,13 @@ def _cnn(seed=0):
 
 
 def test_compiled_cnn_is_bit_identical_to_eager(tmp_path):
-    (pa, fa), (pb, fb) = _cnn(), _cnn()
-    oa = ng.optim.Adam(pa, lr=0.01, accumulate_steps=2)
-    ob = ng.optim.Adam(pb, lr=0.01, accumulate_steps=2)
-    step = ng_compile(fb, optimizer=ob, cache_dir=str(tmp_path))
+    def make():
+        params, loss_fn = _cnn()
+        return params, loss_fn, ng.optim.Adam(params, lr=0.01, accumulate_steps=2)
     rng = np.random.default_rng(2)
     batches = [(ng.tensor(rng.normal(size=(3, 2, 6, 6)).astype(np.float32)),
                 rng.integers(0, 4, 3)) for _ in range(2)]
-    for i in range(6):
-        x, labels = batches[i % 2]
-        with ng.grad_tape():
-            la = fa(x, labels)
-        la.backward()
-        oa.step()
-        lb = step(x, labels)
-        assert la.numpy().tobytes() == lb.numpy().tobytes(), i
-        for a, b in zip(pa, pb):
-            assert a.numpy().tobytes() == b.numpy().tobytes(), i
+    step = compiled_matches_eager(make, [batches[i % 2] for i in range(6)], tmp_path)
     assert step.stats[-1]["mode"] == "njit"
 
 

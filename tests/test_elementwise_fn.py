@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
+from conftest import compiled_matches_eager
 from numbagrad.elementwise_fn import ElementwiseError, _threaded
 
 torch = pytest.importorskip("torch")
@@ -422,18 +423,8 @@ def test_compiled_step_runs_njit_and_equals_eager(tmp_path):
 
         def loss_fn(x):
             return softplus_if(three(x @ w, b * b + 0.5, 1.5)).mean()
-        return [w, b], opt, loss_fn
-    (pa, oa, fa), (pb, ob, fb) = make(), make()
-    step = ng.compile(fb, optimizer=ob, cache_dir=str(tmp_path))
+        return [w, b], loss_fn, opt
     rng = np.random.default_rng(1)
-    for _ in range(5):
-        x = ng.tensor(rng.uniform(0.5, 1.0, (5, 3)).astype(np.float32))
-        with ng.grad_tape():
-            la = fa(x)
-        la.backward()
-        oa.step()
-        lb = step(x)
-        assert la.numpy().tobytes() == lb.numpy().tobytes()
-        for p, q in zip(pa, pb):
-            assert p.numpy().tobytes() == q.numpy().tobytes()
+    batches = [(ng.tensor(rng.uniform(0.5, 1.0, (5, 3)).astype(np.float32)),) for _ in range(5)]
+    step = compiled_matches_eager(make, batches, tmp_path)
     assert [s["mode"] for s in step.stats] == ["njit"]

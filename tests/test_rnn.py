@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
-from conftest import Dev, cuda_dev
-from numbagrad.compile import compile as ng_compile
+from conftest import Dev, compiled_matches_eager, cuda_dev
 
 torch = pytest.importorskip("torch")
 
@@ -218,25 +217,13 @@ def _model(seed=0):
 
 
 def test_compiled_training_step_is_bit_identical_to_eager(tmp_path):
-    (pa, fa), (pb, fb) = _model(), _model()
-    oa = ng.optim.Adam(pa, lr=0.01, accumulate_steps=2)
-    ob = ng.optim.Adam(pb, lr=0.01, accumulate_steps=2)
-    step = ng_compile(fb, optimizer=ob, cache_dir=str(tmp_path))
+    def make():
+        params, loss_fn = _model()
+        return params, loss_fn, ng.optim.Adam(params, lr=0.01, accumulate_steps=2)
     rng = np.random.default_rng(8)
     batches = [(ng.tensor(rng.normal(size=(2, 3, 3)).astype(np.float32)),
                 ng.tensor(rng.normal(size=(2, 2)).astype(np.float32))) for _ in range(2)]
-    for i in range(4):
-        x, y = batches[i % 2]
-        state = ng.random.get_state()
-        with ng.grad_tape():
-            la = fa(x, y)
-        la.backward()
-        oa.step()
-        ng.random.set_state(state)              # the same dropout masks for the compiled step
-        lb = step(x, y)
-        assert la.numpy().tobytes() == lb.numpy().tobytes(), i
-        for a, b in zip(pa, pb):
-            assert a.numpy().tobytes() == b.numpy().tobytes(), i
+    step = compiled_matches_eager(make, [batches[i % 2] for i in range(4)], tmp_path, same_random=True)
     assert step.stats[-1]["mode"] == "njit"
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import numbagrad as ng
-from conftest import Dev, matches_torch
-from numbagrad.compile import compile as ng_compile
+from conftest import Dev, compiled_matches_eager, matches_torch
 
 
 def _with_zeros(shape, zeros, seed=0):
@@ -148,18 +147,8 @@ def test_compile(tmp_path):
         def loss_fn(x):
             return ng.sum(ng.prod(w * x, 1)) + ng.sum(ng.cummax(w, 0).values) + \
                 ng.sum(ng.logcumsumexp(w, 1)) + ng.norm(w * x)
-        return w, loss_fn, ng.optim.SGD([w], lr=0.1)
-    (wa, fa, oa), (wb, fb, ob) = make(), make()
-    step = ng_compile(fb, optimizer=ob, cache_dir=str(tmp_path))
-    x = ng.tensor(np.full((3, 4), 0.5))
-    for _ in range(4):
-        with ng.grad_tape():
-            la = fa(x)
-        la.backward()
-        oa.step()
-        lb = step(x)
-        assert la.numpy().tobytes() == lb.numpy().tobytes()
-        assert wa.numpy().tobytes() == wb.numpy().tobytes()
+        return [w], loss_fn, ng.optim.SGD([w], lr=0.1)
+    compiled_matches_eager(make, [(ng.tensor(np.full((3, 4), 0.5)),)] * 4, tmp_path)
 
 
 def test_errors():

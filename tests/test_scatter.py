@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import numbagrad as ng
-from conftest import Dev, matches_torch
-from numbagrad.compile import compile as ng_compile
+from conftest import Dev, compiled_matches_eager, matches_torch
 from numbagrad.ops._common import IndexDtypeError
 
 IDX = np.array([[1, 1, 0], [2, 0, 2]])        # repeats along dim 1 of a (2, 4) input
@@ -184,17 +183,7 @@ def test_compile(tmp_path):
             y = ng.scatter_reduce(w, 1, idx, s, "amax") + ng.scatter_add(w, 1, idx, s)
             return ng.sum(y * y) + ng.sum(w[np.array([0, 1]), np.array([3, 0])])
         return [w, s], loss_fn, ng.optim.SGD([w, s], lr=0.01)
-    (pa, fa, oa), (pb, fb, ob) = make(), make()
-    step = ng_compile(fb, optimizer=ob, cache_dir=str(tmp_path))
-    for _ in range(4):
-        with ng.grad_tape():
-            la = fa(IDX)
-        la.backward()
-        oa.step()
-        lb = step(IDX)
-        assert la.numpy().tobytes() == lb.numpy().tobytes()
-        for a, b in zip(pa, pb):
-            assert a.numpy().tobytes() == b.numpy().tobytes()
+    compiled_matches_eager(make, [(IDX,)] * 4, tmp_path)
 
 
 # ------------------------------------------------------------ errors
