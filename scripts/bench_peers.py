@@ -1118,9 +1118,9 @@ def gpt_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.nd
 def lstm_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """An LSTM case's GEMMs: per layer the input projection over all seq * batch
     rows, its weight gradient and (above the first layer) its input gradient,
-    and per step after the first (h_0 is zero) h @ W_hh^T forward, its share of
-    dW_hh and the gradient into h; then the head's forward, weight and input
-    gradients."""
+    per step after the first (h_0 is zero) h @ W_hh^T forward and the gradient
+    into h, and dW_hh as one product over those steps; then the head's
+    forward, weight and input gradients."""
     c = CASES[case]
     rows, batch, h, gates = c["seq"] * c["batch"], c["batch"], c["hidden"], 4 * c["hidden"]
     out = []
@@ -1132,8 +1132,9 @@ def lstm_floor_gemms(case: str, rand) -> list[tuple[np.ndarray, np.ndarray, np.n
             out.append((g, w, np.empty_like(x)))
         w_hh, hs, gs = rand(gates, h), rand(batch, h), rand(batch, gates)
         for _ in range(c["seq"] - 1):
-            out += [(hs, w_hh.T, np.empty_like(gs)), (gs.T, hs, np.empty_like(w_hh)),
-                    (gs, w_hh, np.empty_like(hs))]
+            out += [(hs, w_hh.T, np.empty_like(gs)), (gs, w_hh, np.empty_like(hs))]
+        steps = rows - batch
+        out.append((rand(steps, gates).T, rand(steps, h), np.empty_like(w_hh)))
     w, x, g = rand(c["out"], h), rand(batch, h), rand(batch, c["out"])
     return out + [(x, w.T, np.empty_like(g)), (g.T, x, np.empty_like(w)),
                   (g, w, np.empty_like(x))]
