@@ -26,6 +26,8 @@ from .serialization import load, save
 from ._dtypes import promote_types, result_type
 from .testing import gradcheck
 from .custom import custom_op
+from . import _dtypes, amp
+from typing import Any
 
 __version__ = "0.2.0"
 
@@ -33,10 +35,23 @@ __version__ = "0.2.0"
 float32, float64 = np.dtype(np.float32), np.dtype(np.float64)
 int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 uint8, bool = np.dtype(np.uint8), np.dtype(np.bool_)  # noqa: A001 (ng.bool, as torch.bool)
+# the half formats (ops/half.py); bfloat16 needs the optional ml_dtypes package
+float16 = _dtypes.FLOAT16
+if _dtypes.BFLOAT16 is not None:
+    bfloat16 = _dtypes.BFLOAT16
+
+
+def __getattr__(name: str) -> Any:
+    if name == "bfloat16":
+        raise ImportError("ng.bfloat16 needs the ml_dtypes package: pip install ml_dtypes "
+                          "(or numbagrad[half])")
+    raise AttributeError(f"module 'numbagrad' has no attribute {name!r}")
 
 __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "no_grad",
            "is_grad_enabled", "backward",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
            "compile", "manual_seed", "random", "set_default_dtype", "get_default_dtype",
            "promote_types", "result_type", "float32", "float64", "int8", "int16", "int32",
-           "int64", "uint8", "bool", "custom_op", "__version__"]
+           "int64", "uint8", "bool", "custom_op", "__version__", "float16", "amp"]
+if _dtypes.BFLOAT16 is not None:
+    __all__.append("bfloat16")

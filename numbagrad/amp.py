@@ -1,0 +1,1 @@
+"""Mixed precision helpers: ``GradScaler`` (dynamic loss scaling)."""

@@ -1,0 +1,181 @@
+"""Half precision (ops/half.py): float16 and bfloat16 tensors against PyTorch's."""
+import numpy as np
+import pytest
+
+import numbagrad as ng
+from numbagrad import kernels
+
+torch = pytest.importorskip("torch")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+HALVES = [(np.dtype(np.float16), torch.float16), (np.dtype(ml_dtypes.bfloat16), torch.bfloat16)]
+ULP = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}
+
+
+def _t(x):
+    """A host array (half, float32) as a torch tensor of the same dtype."""
+    if x.dtype == ml_dtypes.bfloat16:
+        return torch.tensor(x.astype(np.float32)).to(torch.bfloat16)
+    return torch.tensor(x)
+
+
+def _f32(x):
+    return np.asarray(x).astype(np.float32)
+
+
+def _close(got, want, tdt, ulps=2):
+    """``got`` (a half array) within ``ulps`` of ``want``'s magnitude in units of the format."""
+    want = want.detach().float().numpy() if isinstance(want, torch.Tensor) else want
+    tol = ulps * ULP[tdt] * np.maximum(np.abs(want), 1.0)
+    assert np.all(np.abs(_f32(got) - want) <= tol), (_f32(got), want)
+
+
+@pytest.mark.parametrize("kind, dtype", [(0, np.float16), (1, ml_dtypes.bfloat16)])
+def test_the_casts_give_numpys_bits(kind, dtype):
+    # every half value widened, and float32s (random bits, halfway cases,
+    # overflow, subnormals, inf, nan) rounded to nearest even
+    cpu = kernels.get("cpu")
+    bits = np.arange(2 ** 16, dtype=np.uint16)
+    wide = np.empty(bits.size, np.float32)
+    cpu.half_to_float(bits, wide.view(np.uint32), kind)
+    want = bits.view(dtype).astype(np.float32)
+    assert np.array_equal(wide, want, equal_nan=True)
+    rng = np.random.default_rng(0)
+    with np.errstate(invalid="ignore"):
+        x = np.concatenate([rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+                            .view(np.float32), want * np.float32(1 + 2 ** -11), want,
+                            np.float32([65520, 65519.99, 2 ** -25, 3 * 2 ** -25, np.inf, -0.0])])
+    out = np.empty(x.size, np.uint16)
+    cpu.float_to_half(x.view(np.uint32), out, kind)
+    with np.errstate(all="ignore"):
+        ref = x.astype(dtype)
+    same = (out == ref.view(np.uint16)) | (np.isnan(x))
+    assert same.all(), x[~same][:5]
+
+
+def test_promotion_is_torchs():
+    dts = [ng.float16, ng.bfloat16, ng.float32, ng.float64, ng.int64, ng.bool]
+    tdt = {ng.float16: torch.float16, ng.bfloat16: torch.bfloat16, ng.float32: torch.float32,
+           ng.float64: torch.float64, ng.int64: torch.int64, ng.bool: torch.bool}
+    for a in dts:
+        for b in dts:
+            assert tdt[ng.promote_types(a, b)] == torch.promote_types(tdt[a], tdt[b]), (a, b)
+        t = ng.tensor(np.zeros(2), dtype=a)
+        for number in (1, 2.5, True) if a in (ng.float16, ng.bfloat16) else ():
+            want = torch.result_type(torch.zeros(2, dtype=tdt[a]), number)
+            assert tdt[ng.result_type(t, number)] == want, (a, number)
+
+
+@pytest.mark.parametrize("dtype, tdt", HALVES)
+def test_creation_casts_and_numpy(dev, dtype, tdt):
+    x = np.float32([[1.0, -2.5, 1e-3], [7000.0, 0.1, -0.0]])
+    t = dev.tensor(x).to(dtype)
+    assert t.dtype == dtype and t.device == dev.name and t.is_floating_point()
+    host = t.numpy()
+    assert host.dtype == dtype and np.array_equal(host, x.astype(dtype))
+    assert np.array_equal(dev.tensor(x.astype(dtype)).numpy(), host)
+    assert np.array_equal(t.to(ng.float64).numpy(), x.astype(dtype).astype(np.float64))
+    assert np.array_equal(t.astype(ng.int64).numpy(), _t(x.astype(dtype)).long().numpy())
+    other = ng.float16 if dtype != ng.float16 else ng.bfloat16
+    assert np.array_equal(_f32(t.to(other).numpy()), _t(host).to(
+        torch.float16 if other == ng.float16 else torch.bfloat16).float().numpy(),
+        equal_nan=True)
+    assert dev.param(x, dtype=dtype).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype, tdt", HALVES)
+def test_matmul_and_linear_accumulate_in_float32(dtype, tdt):
+    # k = 512 terms of 1 + tiny: a half accumulator would stall at 256/512
+    # where float32 accumulation gives the exact sum, rounded once
+    rng = np.random.default_rng(1)
+    a = (1 + rng.random((3, 512)) * 2 ** -6).astype(dtype)
+    b = np.ones((512, 2), dtype)
+    w = rng.normal(size=(4, 512)).astype(dtype)
+    want = (_f32(a).astype(np.float64) @ _f32(b)).astype(np.float32).astype(dtype)
+    assert np.array_equal(ng.matmul(ng.tensor(a), ng.tensor(b)).numpy(), want)
+    got = ng.linear(ng.tensor(a), ng.tensor(w)).numpy()
+    _close(got, torch.nn.functional.linear(_t(a), _t(w)), tdt, ulps=1)
+    stack = ng.tensor(a.reshape(3, 1, 1, 512)) @ ng.tensor(np.ones((2, 512, 3), dtype))
+    assert stack.dtype == dtype and stack.shape == (3, 2, 1, 3)
+    _close(stack.numpy(), _t(a.reshape(3, 1, 1, 512)) @ torch.ones(2, 512, 3, dtype=tdt), tdt,
+           1)
+
+
+@pytest.mark.parametrize("dtype, tdt", HALVES)
+def test_ops_and_gradients_against_torch(dtype, tdt):
+    # a small network in halves: values against torch's half ops, gradients
+    # (halves, as torch's) against the float32 gradients of the same values
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(4, 6)).astype(dtype)
+    w = (rng.normal(size=(5, 6)) * 0.5).astype(dtype)
+    b = rng.normal(size=(5,)).astype(dtype)
+    g = rng.normal(size=(5,)).astype(dtype)
+    labels = np.array([0, 3, 4, 1])
+
+    def run(lib, X, W, B, G):
+        if lib is ng:
+            h = ng.linear(X, W, B, activation="gelu")
+            h = ng.layer_norm(h, (5,), G) * 2.0 - ng.softmax(h, -1)
+            return h, ng.cross_entropy(h, labels) + ng.mean(ng.exp(h) / 4)
+        F = torch.nn.functional
+        h = F.gelu(F.linear(X, W, B))
+        h = F.layer_norm(h, (5,), G) * 2.0 - torch.softmax(h, -1)
+        return h, F.cross_entropy(h, torch.tensor(labels)) + torch.mean(torch.exp(h) / 4)
+
+    params = [ng.param(v) for v in (x, w, b, g)]
+    with ng.grad_tape():
+        h, loss = run(ng, *params)
+    loss.backward()
+    assert h.dtype == dtype and loss.dtype == dtype
+    th = [_t(v).requires_grad_() for v in (x, w, b, g)]
+    th_h, th_loss = run(torch, *th)
+    _close(h.numpy(), th_h, tdt, ulps=4)
+    _close(loss.numpy(), th_loss, tdt, ulps=4)
+    # float32 reference on the same (half) values: the half gradient is its rounding
+    ref = [torch.tensor(_f32(v), requires_grad=True) for v in (x, w, b, g)]
+    run(torch, *ref)[1].backward()
+    for p, r in zip(params, ref):
+        assert p.grad.dtype == dtype
+        _close(p.grad, r.grad, tdt, ulps=8)
+
+
+def test_reductions_compute_in_float32():
+    # 4096 ones summed: a float16 accumulator would stop at 2048
+    x = ng.tensor(np.ones(4097, np.float16))
+    assert ng.sum(x).item() == 4096.0 and ng.sum(x).dtype == np.float16
+    assert np.float32(ng.mean(x).item()) == 1.0
+    v = ng.tensor((np.arange(8) % 3).astype(np.float16))
+    assert np.array_equal(ng.max(v, axis=0).values.numpy(), np.float16(2))
+    assert v.argmax().item() == 2
+
+
+@pytest.mark.parametrize("dtype, tdt", HALVES)
+def test_mixed_operands_promote(dtype, tdt):
+    h = ng.tensor(np.float32([1.5, 2.0])).to(dtype)
+    f = ng.tensor(np.float32([0.25, 1.0]))
+    assert (h + f).dtype == np.float32 and (h + 1).dtype == dtype
+    assert (h * ng.tensor([2, 3])).dtype == dtype
+    with pytest.raises(TypeError, match="dtypes differ"):
+        ng.matmul(h, f)
+
+
+@pytest.mark.parametrize("dtype, tdt", HALVES)
+def test_cuda_matches_cpu(dtype, tdt):
+    if not ng.cuda_available():
+        pytest.skip("CUDA unusable here")
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(2, 3)).astype(dtype)
+    b = rng.normal(size=(3, 2)).astype(dtype)
+    out = {}
+    for device in ("cpu", "cuda"):
+        A, B = ng.param(a, device=device), ng.param(b, device=device)
+        with ng.grad_tape():
+            y = ng.relu(A @ B) + ng.sum(A * A, axis=1, keepdims=True)
+            loss = ng.sum(y)
+        ng.backward(loss)
+        out[device] = (y.numpy(), kernels.to_host(A._kern, A.grad),
+                       kernels.to_host(B._kern, B.grad))
+    for c, g in zip(out["cpu"], out["cuda"]):
+        assert c.dtype == dtype and np.array_equal(c, g)
+    _close(out["cpu"][0], torch.relu(_t(a) @ _t(b)) + (_t(a) * _t(a)).sum(1, keepdim=True),
+           tdt, ulps=2)
