@@ -35,7 +35,7 @@ __version__ = "0.2.0"
 float32, float64 = np.dtype(np.float32), np.dtype(np.float64)
 int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 uint8, bool = np.dtype(np.uint8), np.dtype(np.bool_)  # noqa: A001 (ng.bool, as torch.bool)
-# the half formats (ops/half.py); bfloat16 needs the optional ml_dtypes package
+# the half formats (ops/_half.py); bfloat16 needs the optional ml_dtypes package
 float16 = _dtypes.FLOAT16
 if _dtypes.BFLOAT16 is not None:
     bfloat16 = _dtypes.BFLOAT16

@@ -1,7 +1,7 @@
 """The dtypes a tensor may hold, and PyTorch's type promotion between them.
 
 Float tensors (float32, float64, and the half formats float16 and, with the
-optional ``ml_dtypes`` package, bfloat16: ``ops/half.py``) carry gradients; integer tensors (int8,
+optional ``ml_dtypes`` package, bfloat16: ``ops/_half.py``) carry gradients; integer tensors (int8,
 int16, int32, int64, uint8) and bool tensors never do. Mixed operands of an
 elementwise op meet in ``result_type``, PyTorch's rule rather than NumPy's:
 a float beats an integer at the float's own width (int64 with float32 is
@@ -29,7 +29,7 @@ try:   # an optional extra: numbagrad works without it, bfloat16 tensors then do
 except ImportError:   # pragma: no cover (the test extra installs it)
     _ml_dtypes = None
 BFLOAT16 = np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not None else None
-# the half formats: stored as themselves, computed in float32 (ops/half.py)
+# the half formats: stored as themselves, computed in float32 (ops/_half.py)
 HALVES = (FLOAT16,) if BFLOAT16 is None else (FLOAT16, BFLOAT16)
 INTS = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.int16, np.int32, np.int64))
 BOOL = np.dtype(np.bool_)

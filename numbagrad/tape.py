@@ -194,9 +194,9 @@ class _Backward:
 
 
 def _add_into(kern: Any, grad: Any, beta: float, dest: Any) -> None:
-    """dest = grad + beta * dest (halves added in float32: ops/half.py)."""
+    """dest = grad + beta * dest (halves added in float32: ops/_half.py)."""
     if dest.dtype in _dtypes.HALVES or grad.dtype in _dtypes.HALVES:
-        from .ops import half
+        from .ops import _half as half
         half.add_into(kern, grad, beta, dest)
     else:
         kernels.call(kern, "axpby", 0, 1.0, grad, beta, dest)

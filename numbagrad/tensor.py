@@ -659,8 +659,8 @@ def _host_array(data: Any, dtype: Any, default: Any = None, floats: bool = False
     if dtype is not None:
         want = _dtypes.tensor_dtype(dtype, "dtype")
         if floats and not _dtypes.is_float(want):
-            raise TypeError(f"a param holds float32, float64, float16 or bfloat16 (only "
-                            f"floats get gradients), not {want}")
+            raise TypeError(f"a param holds float32 or float64, or a half: float16, bfloat16 "
+                            f"(only floats get gradients), not {want}")
     elif array.dtype in _dtypes.HALVES:
         want = array.dtype
     elif kind not in "biuf" or array.dtype == np.uint64:
@@ -672,8 +672,8 @@ def _host_array(data: Any, dtype: Any, default: Any = None, floats: bool = False
     else:
         want = np.dtype(default) if default is not None else _defaults.get_default_dtype()
     if want in _dtypes.HALVES:
-        ops.half.enable()
-        if array.dtype != want:   # through float32, as the kernels round (ops/half.py)
+        ops._half.enable()
+        if array.dtype != want:   # through float32, as the kernels round (ops/_half.py)
             array = np.asarray(array, np.float32)
     return np.array(array, dtype=want, order="C", copy=True)
 
@@ -724,7 +724,7 @@ def as_tensor(array: Any) -> Tensor:
                         f"__cuda_array_interface__ object, got "
                         f"{type(array).__name__}; use ng.tensor to copy other data")
     if array.dtype in _dtypes.HALVES:
-        ops.half.enable()
+        ops._half.enable()
     if array.dtype not in _dtypes.ALL:
         raise TypeError(f"as_tensor needs float32, float64, float16, bfloat16, integer or "
                         f"bool data, got "

@@ -199,7 +199,7 @@ def astype(x: Any, dtype: Any, copy: bool = False) -> Tensor:
     if want == x.dtype and not copy:
         return x
     if want in _dtypes.HALVES or x.dtype in _dtypes.HALVES:
-        from .half import cast as half_cast   # (half builds on this module)
+        from ._half import cast as half_cast   # (half builds on this module)
         return half_cast(x, want, copy)
     kern = x._kern
     out = buffers.take(kern, x.shape, want)

@@ -91,7 +91,7 @@ _DTYPES: dict[str, tuple] = {}          # name -> the dtypes the PTX check compi
 _NUMBA_TYPES = {np.dtype(np.float32): float32, np.dtype(np.float64): float64,
                 **{np.dtype(t): numba.from_dtype(np.dtype(t))
                    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
-                             np.uint16, np.uint32)}}
+                             np.uint16, np.uint32)}}   # (uint16, uint32: bits, ops/_half.py)
 _jitted: dict[tuple, object] = {}
 
 

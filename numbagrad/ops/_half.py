@@ -224,7 +224,7 @@ _lock = threading.Lock()
 def enable() -> None:
     """Install the half wrapper on every float op of the table, where the
     op is bound: the op rows, ``ng.`` and ``ops.``, ``ng.nn.functional``,
-    the Tensor methods and operators and the NumPy dispatch. Called when the
+    the op modules (their calls of each other too), the Tensor methods and operators and the NumPy dispatch. Called when the
     first half tensor is made; idempotent."""
     if _enabled[0]:
         return
@@ -241,10 +241,12 @@ def enable() -> None:
         for op in table.OPS:
             if op.integer or op.name in _UNWRAPPED:
                 continue
-            new = halved(op.fn)
+            new = swapped.get(id(op.fn)) or halved(op.fn)   # (rows may share a function)
             swapped[id(op.fn)] = new
             object.__setattr__(op, "fn", new)
-        for space in (vars(ops_pkg), vars(ng), vars(functional)):
+        op_modules = [m for name, m in sys.modules.items()
+                      if name.startswith(ops_pkg.__name__ + ".") and m is not None]
+        for space in (vars(ops_pkg), vars(ng), vars(functional), *map(vars, op_modules)):
             for name, value in list(space.items()):
                 if id(value) in swapped and callable(value):
                     space[name] = swapped[id(value)]
