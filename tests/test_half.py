@@ -179,3 +179,40 @@ def test_cuda_matches_cpu(dtype, tdt):
         assert c.dtype == dtype and np.array_equal(c, g)
     _close(out["cpu"][0], torch.relu(_t(a) @ _t(b)) + (_t(a) * _t(a)).sum(1, keepdim=True),
            tdt, ulps=2)
+
+
+def test_grad_scaler_matches_torchs():
+    # windows of 2 micro-steps; an inf in some micro-steps: the same skips,
+    # scales and params as torch.amp.GradScaler stepping at each boundary
+    bad = {3, 6, 7, 12}
+    x0 = np.float32([0.5, -1.0, 2.0])
+    W = ng.param(x0.copy())
+    opt = ng.optim.SGD([W], lr=0.1, accumulate_steps=2, average=False)   # torch sums
+    scaler = ng.amp.GradScaler(init_scale=2.0 ** 4, growth_interval=2)
+    tw = torch.tensor(x0.copy(), requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.1)
+    tscaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4, growth_interval=2)
+    for i in range(16):
+        x = np.float32([1.0, np.inf if i in bad else 2.0, -1.0])
+        with ng.grad_tape():
+            loss = scaler.scale(ng.sum(W * ng.tensor(x)) / 2)
+        loss.backward()
+        stepped = scaler.step(opt)
+        scaler.update()
+        tscaler.scale((tw * torch.tensor(x)).sum() / 2).backward()
+        if i % 2 == 1:
+            before = tw.detach().clone()
+            tscaler.step(topt)
+            tscaler.update()
+            topt.zero_grad()
+            assert stepped == (not torch.equal(before, tw.detach())), i
+        else:
+            assert not stepped
+        assert scaler.get_scale() == tscaler.get_scale(), i
+        np.testing.assert_allclose(W.numpy(), tw.detach().numpy(), rtol=1e-6)
+    state = scaler.state_dict()
+    assert state == {k: v for k, v in tscaler.state_dict().items() if k in state}
+    again = ng.amp.GradScaler()
+    again.load_state_dict(state)
+    assert again.get_scale() == scaler.get_scale()
+    assert ng.amp.GradScaler(enabled=False).get_scale() == 1.0
