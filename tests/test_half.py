@@ -216,3 +216,60 @@ def test_grad_scaler_matches_torchs():
     again.load_state_dict(state)
     assert again.get_scale() == scaler.get_scale()
     assert ng.amp.GradScaler(enabled=False).get_scale() == 1.0
+
+
+def test_master_weights_keep_small_updates():
+    # lr * grad = 1e-3 is below bfloat16's resolution at 1.0: lost in place
+    # (with a warning), kept by the float32 master and seen once it adds up
+    def train(master):
+        W = ng.param(np.ones(3, ml_dtypes.bfloat16))
+        opt = ng.optim.SGD([W], lr=1e-3, master_weights=master)
+        for _ in range(10):
+            with ng.grad_tape():
+                loss = ng.sum(W)
+            loss.backward()
+            opt.step()
+        return W, opt
+
+    with pytest.warns(RuntimeWarning, match="master_weights=True"):
+        W, _ = train(False)
+    assert W.dtype == ml_dtypes.bfloat16 and np.all(_f32(W.numpy()) == 1.0)
+    W, opt = train(True)
+    assert W.dtype == ml_dtypes.bfloat16
+    assert np.array_equal(W.numpy(), np.full(3, 0.99, np.float32).astype(ml_dtypes.bfloat16))
+    assert opt.params[0].dtype == np.float32
+    np.testing.assert_allclose(opt.params[0].numpy(), 0.99, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, tdt", HALVES)
+def test_master_weights_against_torch(dev, dtype, tdt):
+    # torch's recipe: float32 params, the forward on their half casts; Adam and
+    # AdamW on the float32 masters, windows of 2 micro-steps summed in float32.
+    # Inputs of quarters keep every gradient exact in the half format.
+    rng = np.random.default_rng(4)
+    w0 = rng.normal(size=(3, 2)).astype(np.float32)
+    xs = [(rng.integers(-4, 5, size=(4, 3)) / 4).astype(dtype) for _ in range(4)]
+    W = dev.param(w0.astype(dtype))
+    V = dev.param(w0.astype(dtype))
+    opt = ng.optim.Adam([W], lr=0.05, accumulate_steps=2, master_weights=True)
+    opt_w = ng.optim.AdamW([V], lr=0.05, accumulate_steps=2, master_weights=True)
+    tw = torch.tensor(_f32(w0.astype(dtype)), requires_grad=True)
+    tv = torch.tensor(_f32(w0.astype(dtype)), requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.05)
+    topt_w = torch.optim.AdamW([tv], lr=0.05)
+    for i, x in enumerate(xs):
+        for P, o in ((W, opt), (V, opt_w)):
+            with ng.grad_tape():
+                loss = ng.sum(dev.tensor(x) @ P)
+            loss.backward()
+            o.step()
+        for tp in (tw, tv):
+            ((_t(x) @ tp.to(tdt)).sum() / 2).backward()
+        if i % 2:
+            for o in (topt, topt_w):
+                o.step()
+                o.zero_grad()
+    for P, o, tp in ((W, opt, tw), (V, opt_w, tv)):
+        np.testing.assert_allclose(o.params[0].numpy(), tp.detach().numpy(), rtol=1e-5)
+        _close(P.numpy(), tp.detach().numpy(), tdt, ulps=1)
+        assert np.array_equal(P.numpy(), o.params[0].numpy().astype(dtype))
