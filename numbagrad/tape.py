@@ -195,7 +195,8 @@ class _Backward:
 
 def _add_into(kern: Any, grad: Any, beta: float, dest: Any) -> None:
     """dest = grad + beta * dest (halves added in float32: ops/_half.py)."""
-    if dest.dtype in _dtypes.HALVES or grad.dtype in _dtypes.HALVES:
+    if (dest.dtype.itemsize == 2 or grad.dtype.itemsize == 2) \
+            and (dest.dtype in _dtypes.HALVES or grad.dtype in _dtypes.HALVES):
         from .ops import _half as half
         half.add_into(kern, grad, beta, dest)
     else:

@@ -141,7 +141,7 @@ def test_ops_and_gradients_against_torch(dtype, tdt):
 
 def test_reductions_compute_in_float32():
     # 4096 ones summed: a float16 accumulator would stop at 2048
-    x = ng.tensor(np.ones(4097, np.float16))
+    x = ng.tensor(np.ones(4096, np.float16))
     assert ng.sum(x).item() == 4096.0 and ng.sum(x).dtype == np.float16
     assert np.float32(ng.mean(x).item()) == 1.0
     v = ng.tensor((np.arange(8) % 3).astype(np.float16))
@@ -290,3 +290,19 @@ def test_the_gpt_trains_in_bfloat16_within_2_percent_of_float32():
     f32, bf16 = (runs[dt]["history"]["val_loss"] for dt in ("float32", "bfloat16"))
     assert bf16[-1] < bf16[0] - 0.1 and f32[-1] < f32[0] - 0.1   # both learn
     assert abs(bf16[-1] / f32[-1] - 1) < 0.02, (bf16, f32)
+
+
+def test_module_to_casts_params_and_keeps_ties():
+    a = ng.nn.Linear(3, 3, dtype=np.float32, rng=np.random.default_rng(0))
+    b = ng.nn.Linear(3, 3, dtype=np.float32)
+    b.weight = a.weight
+    model = ng.nn.Sequential(a, b)
+    host = model.state_dict()
+    assert model.to(dtype=ng.bfloat16) is model
+    assert {p.dtype for p in model.parameters()} == {ng.bfloat16}
+    assert len(model.parameters()) == 3 and model[0].weight is model[1].weight
+    assert all(p.is_param for p in model.parameters())
+    for k, v in model.state_dict().items():
+        assert np.array_equal(v, host[k].astype(ml_dtypes.bfloat16))
+    with pytest.raises(TypeError, match="Module.to: dtype must be a float dtype"):
+        model.to(dtype=np.int32)
