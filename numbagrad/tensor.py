@@ -441,6 +441,10 @@ class Tensor:
         return getattr(self, method)(other)
 
     def _in_place(self, what: str, compute: Any, *operands: Any) -> Tensor:
+        if self._data.dtype in _dtypes.HALVES:
+            raise TypeError(f"{what}: in-place writes into a {self.dtype} tensor are not "
+                            f"offered (shape {self.shape}); compute out of place, or keep "
+                            f"float32 master weights (master_weights=True)")
         self._check_in_place(what, operands)
         with tape.no_grad():
             value = compute()

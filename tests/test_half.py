@@ -306,3 +306,23 @@ def test_module_to_casts_params_and_keeps_ties():
         assert np.array_equal(v, host[k].astype(ml_dtypes.bfloat16))
     with pytest.raises(TypeError, match="Module.to: dtype must be a float dtype"):
         model.to(dtype=np.int32)
+
+
+def test_views_joins_and_in_place(dev):
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(3, 4)).astype(ml_dtypes.bfloat16)
+    b = rng.normal(size=(3, 2)).astype(ml_dtypes.bfloat16)
+    A, B = dev.param(a), dev.param(b)
+    with ng.grad_tape():
+        y = A.T @ B + ng.cat([A[1:, ::2], A[:2, 1::2]], axis=0).mT.sum()
+        loss = ng.sum(y * y)
+    loss.backward()
+    ta, tb = _t(a).requires_grad_(), _t(b).requires_grad_()
+    ty = ta.T @ tb + torch.cat([ta[1:, ::2], ta[:2, 1::2]], 0).mT.sum()
+    (ty * ty).sum().backward()
+    assert y.dtype == ml_dtypes.bfloat16
+    _close(y.numpy(), ty, torch.bfloat16, ulps=4)
+    _close(kernels.to_host(A._kern, A.grad), ta.grad, torch.bfloat16, ulps=16)
+    assert np.array_equal(ng.stack([A, A]).numpy()[1], a) and A.clone().dtype == A.dtype
+    with pytest.raises(TypeError, match="in-place writes into a bfloat16 tensor"):
+        A.detach().mul_(2.0)

@@ -95,9 +95,8 @@ def add_into(kern: Any, grad: Any, beta: float, dest: Any) -> None:
 
 
 def _write_float(kern: Any, g32: Any, dest: Any, beta: float) -> None:
-    """dest (float32 or float64) = float32 ``g32`` + beta * dest."""
-    kernels.call(kern, "astype", dest.size, g32.reshape(dest.shape) if g32.shape != dest.shape
-                 else g32, dest, float(beta))
+    """dest (float32 or float64) = float32 ``g32`` (of dest's size) + beta * dest."""
+    kernels.call(kern, "astype", dest.size, g32, dest, float(beta))
 
 
 # ------------------------------------------------------------------ casts
@@ -217,6 +216,8 @@ def halved(fn: Any) -> Any:
 
 # the rows whose op does not compute on float tensors, or casts itself
 _UNWRAPPED = {"astype"}
+# recorded ops that Tensor reaches without a row: x.T
+_HELPERS = (("shape", "_reversed_dims"),)
 _enabled = [False]
 _lock = threading.Lock()
 
@@ -253,5 +254,8 @@ def enable() -> None:
         for mapping in (table.UFUNCS, table.FUNCTIONS):
             for name, value in list(mapping.items()):
                 mapping[name] = swapped.get(id(value), value)
+        for module, name in _HELPERS:
+            module = sys.modules[f"{ops_pkg.__name__}.{module}"]
+            setattr(module, name, halved(getattr(module, name)))
         table._install(Tensor)
         _enabled[0] = True
