@@ -326,3 +326,24 @@ def test_views_joins_and_in_place(dev):
     assert np.array_equal(ng.stack([A, A]).numpy()[1], a) and A.clone().dtype == A.dtype
     with pytest.raises(TypeError, match="in-place writes into a bfloat16 tensor"):
         A.detach().mul_(2.0)
+
+
+def test_compile_refuses_half_tensors():
+    W = ng.param(np.ones((2, 2), np.float16))
+
+    def f(x):
+        return ng.sum(W @ x)
+    step = ng.compile(f)
+    with pytest.raises(RuntimeError, match="half-precision tensors run eagerly"):
+        step(ng.tensor(np.ones((2, 1), np.float16)))
+
+
+@pytest.mark.parametrize("dtype, tdt", HALVES)
+def test_factories_make_halves(dev, dtype, tdt):
+    assert np.array_equal(ng.full((2, 3), 0.1, dtype=dtype, device=dev.name).numpy(),
+                          torch.full((2, 3), 0.1, dtype=tdt).float().numpy().astype(dtype))
+    z = ng.zeros(2, 2, dtype=dtype, device=dev.name, requires_grad=True)
+    assert z.dtype == dtype and z.is_param and not np.any(_f32(z.numpy()))
+    assert np.array_equal(ng.ones_like(z).numpy(), np.ones((2, 2), dtype))
+    assert np.array_equal(ng.arange(5, dtype=dtype, device=dev.name).numpy(),
+                          np.arange(5).astype(dtype))

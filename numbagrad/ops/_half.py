@@ -204,6 +204,9 @@ def halved(fn: Any) -> Any:
         tensors = _halves_in(args, kwargs)
         if not any(t._data.dtype in HALVES for t in tensors):
             return fn(*args, **kwargs)
+        if kernels._observer is not None:
+            raise RuntimeError(f"{fn.__name__}: half-precision tensors run eagerly; ng.compile "
+                               f"does not record them (call the function without ng.compile)")
         want = _dtypes.result_type(*tensors)
         if want not in HALVES:   # mixed with wider floats: the op's own promotion (and refusal)
             return fn(*args, **kwargs)
