@@ -42,9 +42,9 @@ if _dtypes.BFLOAT16 is not None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "bfloat16":
-        raise ImportError("ng.bfloat16 needs the ml_dtypes package: pip install ml_dtypes "
-                          "(or numbagrad[half])")
+    if name == "bfloat16":   # (an AttributeError, so hasattr(ng, "bfloat16") is False)
+        raise AttributeError("ng.bfloat16 needs the ml_dtypes package: pip install ml_dtypes "
+                             "(or the numbagrad[half] extra)")
     raise AttributeError(f"module 'numbagrad' has no attribute {name!r}")
 
 __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape", "no_grad",

@@ -441,7 +441,7 @@ class Tensor:
         return getattr(self, method)(other)
 
     def _in_place(self, what: str, compute: Any, *operands: Any) -> Tensor:
-        if self._data.dtype in _dtypes.HALVES:
+        if self._data.dtype.itemsize == 2 and self._data.dtype in _dtypes.HALVES:
             raise TypeError(f"{what}: in-place writes into a {self.dtype} tensor are not "
                             f"offered (shape {self.shape}); compute out of place, or keep "
                             f"float32 master weights (master_weights=True)")
@@ -555,7 +555,7 @@ class Tensor:
 
 def _zero(kern: ModuleType, array: Any) -> None:
     """Fill ``array`` with zeros (a half one through its bits: +0.0 is 0)."""
-    if array.dtype in _dtypes.HALVES:
+    if array.dtype.itemsize == 2 and array.dtype in _dtypes.HALVES:
         array = array.view(np.uint16)
     kernels.call(kern, "fill", 0, array, 0.0)
 

@@ -347,3 +347,17 @@ def test_factories_make_halves(dev, dtype, tdt):
     assert np.array_equal(ng.ones_like(z).numpy(), np.ones((2, 2), dtype))
     assert np.array_equal(ng.arange(5, dtype=dtype, device=dev.name).numpy(),
                           np.arange(5).astype(dtype))
+
+
+def test_numbagrad_works_without_ml_dtypes():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "import numpy as np, numbagrad as ng\n"
+            "x = ng.tensor(np.ones(3, np.float32)).to(ng.float16)\n"
+            "assert (x + x).dtype == np.float16 and not hasattr(ng, 'bfloat16')\n"
+            "try:\n    ng.bfloat16\nexcept AttributeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "ng.bfloat16 needs the ml_dtypes package" in out.stdout

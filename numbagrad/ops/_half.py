@@ -228,8 +228,9 @@ _lock = threading.Lock()
 def enable() -> None:
     """Install the half wrapper on every float op of the table, where the
     op is bound: the op rows, ``ng.`` and ``ops.``, ``ng.nn.functional``,
-    the op modules (their calls of each other too), the Tensor methods and operators and the NumPy dispatch. Called when the
-    first half tensor is made; idempotent."""
+    the op modules (their calls of each other too), the Tensor methods and
+    operators and the NumPy dispatch. Called when the first half tensor is
+    made; idempotent."""
     if _enabled[0]:
         return
     with _lock:

@@ -75,7 +75,7 @@ def _filled(shape: tuple, value: Any, dtype: np.dtype, device: str,
     kern = kernels.get(device)
     array = buffers.take(kern, shape, dtype) if not requires_grad else \
         kernels.empty(kern, shape, dtype)
-    if dtype in _dtypes.HALVES:   # filled through its bits (ops/_half.py)
+    if dtype.itemsize == 2 and dtype in _dtypes.HALVES:   # filled through its bits (ops/_half.py)
         from ._half import enable
         enable()
         if value is not None and array.size:
@@ -94,7 +94,7 @@ def _flat(array: Any) -> Any:
 def _from_host(array: np.ndarray, dtype: np.dtype, device: str, requires_grad: bool) -> Tensor:
     requires_grad = _checked(requires_grad)
     kern = kernels.get(device)
-    if dtype in _dtypes.HALVES:   # rounded from float32, as the kernels round (ops/_half.py)
+    if dtype.itemsize == 2 and dtype in _dtypes.HALVES:   # rounded from float32 (ops/_half.py)
         from ._half import enable
         enable()
         array = np.asarray(array, np.float32)
