@@ -167,7 +167,7 @@ def cast(x: Tensor, want: np.dtype, copy: bool = False) -> Tensor:
 
 
 # ------------------------------------------------------------------ the op wrapper
-def _halves_in(args: tuple, kwargs: dict) -> list:
+def _tensors_in(args: tuple, kwargs: dict) -> list:
     """The tensors among the arguments (and inside list or tuple arguments)."""
     found = []
     for a in (*args, *kwargs.values()):
@@ -201,7 +201,7 @@ def halved(fn: Any) -> Any:
     a half, its float32 outputs rounded to that half."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        tensors = _halves_in(args, kwargs)
+        tensors = _tensors_in(args, kwargs)
         if not any(t._data.dtype in HALVES for t in tensors):
             return fn(*args, **kwargs)
         if kernels._observer is not None:
