@@ -44,7 +44,7 @@ def from_dlpack(obj: Any) -> Tensor:
     numbagrad tensors, come in without a copy, on "cpu" or "cuda" as the
     producer's memory is (JAX arrays too where JAX does not mark them
     read-only; on the CPU it does). Refused, with the reason: dtypes a tensor
-    does not hold (float16, complex), non-contiguous or read-only producers
+    does not hold (complex), non-contiguous or read-only producers
     (see the module docstring), a tensor that requires grad (as PyTorch's
     ``__dlpack__`` refuses one). A tensor wrapping a param's ``.grad`` is
     tracked as ``ng.as_tensor(W.grad)`` is.

@@ -17,7 +17,7 @@ from threading import get_ident
 
 import numpy as np
 
-from . import buffers, kernels
+from . import _dtypes, buffers, kernels
 from .tensor import Tensor, _ids, _seen, _wrappers, _writes
 
 
@@ -190,7 +190,17 @@ class _Backward:
             self.pending[node] = grad
             return
         array, beta = self.dest(t)
-        kernels.call(t._kern, "axpby", 0, 1.0, grad, beta, array)
+        _add_into(t._kern, grad, beta, array)
+
+
+def _add_into(kern: Any, grad: Any, beta: float, dest: Any) -> None:
+    """dest = grad + beta * dest (halves added in float32: ops/_half.py)."""
+    if (dest.dtype.itemsize == 2 or grad.dtype.itemsize == 2) \
+            and (dest.dtype in _dtypes.HALVES or grad.dtype in _dtypes.HALVES):
+        from .ops import _half as half
+        half.add_into(kern, grad, beta, dest)
+    else:
+        kernels.call(kern, "axpby", 0, 1.0, grad, beta, dest)
 
 
 def _reverse_order(root: Node) -> list[Node]:
@@ -324,7 +334,7 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
             if t._owner is not None:
                 t._owner._window.claim("backward()")
     for t, g in calls.items():   # the per-call gradients (collected, or deferred by an alias)
-        kernels.call(t._kern, "axpby", 0, 1.0, g, 1.0, t._accumulator())
+        _add_into(t._kern, g, 1.0, t._accumulator())
         t._live = True
         if t._owner is not None:
             t._owner._window.fed = True

@@ -333,7 +333,7 @@ class Tensor:
 
     def is_floating_point(self) -> bool:
         """Whether this is a float tensor (the only kind that gets gradients)."""
-        return self.dtype in _FLOATS
+        return _dtypes.is_float(self.dtype)
 
     def detach(self) -> Tensor:
         """A tensor sharing this one's data, outside the graph (no gradient),
@@ -347,7 +347,7 @@ class Tensor:
     def clone(self) -> Tensor:
         """A copy with its own data; recorded on the tape (the gradient passes
         through unchanged), as PyTorch's ``clone()``."""
-        if self.dtype not in _FLOATS:
+        if not _dtypes.is_float(self.dtype):
             return Tensor(kernels.from_host(self._kern, self.numpy()), self._kern)
         return ops.masks.astype(self, self.dtype, copy=True)
 
@@ -441,6 +441,10 @@ class Tensor:
         return getattr(self, method)(other)
 
     def _in_place(self, what: str, compute: Any, *operands: Any) -> Tensor:
+        if self._data.dtype.itemsize == 2 and self._data.dtype in _dtypes.HALVES:
+            raise TypeError(f"{what}: in-place writes into a {self.dtype} tensor are not "
+                            f"offered (shape {self.shape}); compute out of place, or keep "
+                            f"float32 master weights (master_weights=True)")
         self._check_in_place(what, operands)
         with tape.no_grad():
             value = compute()
@@ -511,7 +515,7 @@ class Tensor:
         if value is None:
             self._claim_window()
             if self._live:
-                kernels.call(self._kern, "fill", 0, self._acc, 0.0)
+                _zero(self._kern, self._acc)
                 self._live = False
             if self._owner is not None:
                 self._owner._window.release_if_idle()
@@ -544,9 +548,16 @@ class Tensor:
         """This param's gradient buffer, created zeroed on first use."""
         if self._acc is None:
             acc = kernels.empty(self._kern, self.shape, self.dtype)
-            kernels.call(self._kern, "fill", 0, acc, 0.0)
+            _zero(self._kern, acc)
             self._acc = acc
         return self._acc
+
+
+def _zero(kern: ModuleType, array: Any) -> None:
+    """Fill ``array`` with zeros (a half one through its bits: +0.0 is 0)."""
+    if array.dtype.itemsize == 2 and array.dtype in _dtypes.HALVES:
+        array = array.view(np.uint16)
+    kernels.call(kern, "fill", 0, array, 0.0)
 
 
 class _Size(int):
@@ -651,9 +662,11 @@ def _host_array(data: Any, dtype: Any, default: Any = None, floats: bool = False
     kind = array.dtype.kind
     if dtype is not None:
         want = _dtypes.tensor_dtype(dtype, "dtype")
-        if floats and want not in _FLOATS:
-            raise TypeError(f"a param holds float32 or float64 (only floats get gradients), "
-                            f"not {want}")
+        if floats and not _dtypes.is_float(want):
+            raise TypeError(f"a param holds float32 or float64, or a half: float16, bfloat16 "
+                            f"(only floats get gradients), not {want}")
+    elif array.dtype in _dtypes.HALVES:
+        want = array.dtype
     elif kind not in "biuf" or array.dtype == np.uint64:
         raise TypeError(f"tensor data must be real numbers or bools, got dtype {array.dtype}")
     elif array.dtype in _FLOATS and typed or kind in "biu" and not floats:
@@ -662,15 +675,19 @@ def _host_array(data: Any, dtype: Any, default: Any = None, floats: bool = False
             want = np.promote_types(want, np.int8)
     else:
         want = np.dtype(default) if default is not None else _defaults.get_default_dtype()
+    if want in _dtypes.HALVES:
+        ops._half.enable()
+        if array.dtype != want:   # through float32, as the kernels round (ops/_half.py)
+            array = np.asarray(array, np.float32)
     return np.array(array, dtype=want, order="C", copy=True)
 
 
 def tensor(data: Any, *, dtype: Any = None, device: str = "cpu") -> Tensor:
     """A tensor owning a C-contiguous copy of ``data`` on ``device``.
 
-    NumPy arrays (and tensors) keep their dtype (float32, float64, int8,
-    int16, int32, int64, uint8, bool); Python ints become int64 and bools
-    bool, as in PyTorch; Python floats and float16 arrays take the default
+    NumPy arrays (and tensors) keep their dtype (float32, float64, float16,
+    bfloat16, int8, int16, int32, int64, uint8, bool); Python ints become
+    int64 and bools bool, as in PyTorch; Python floats take the default
     dtype (``ng.set_default_dtype``; float64 until set). ``dtype`` overrides
     all of it. Integer and bool tensors never get a gradient. Any rank NumPy
     allows, 0-d included.
@@ -710,8 +727,11 @@ def as_tensor(array: Any) -> Tensor:
         raise TypeError(f"as_tensor wraps a numpy array, a Numba CUDA array or a "
                         f"__cuda_array_interface__ object, got "
                         f"{type(array).__name__}; use ng.tensor to copy other data")
+    if array.dtype in _dtypes.HALVES:
+        ops._half.enable()
     if array.dtype not in _dtypes.ALL:
-        raise TypeError(f"as_tensor needs float32, float64, integer or bool data, got "
+        raise TypeError(f"as_tensor needs float32, float64, float16, bfloat16, integer or "
+                        f"bool data, got "
                         f"{array.dtype}; use ng.tensor to convert")
     if not array.flags["C_CONTIGUOUS"]:
         raise ValueError("as_tensor needs a C-contiguous array; use ng.tensor to copy")

@@ -155,12 +155,16 @@ def _ng_gpt() -> type:
         """nanoGPT: token + position embeddings, ``n_layer`` blocks, a final
         LayerNorm and a head tied to the token embedding. ``model(idx, targets)``
         takes integer arrays (B, T) with T <= block_size and returns (logits
-        (B, T, vocab), the mean cross-entropy or None)."""
+        (B, T, vocab), the mean cross-entropy or None). A half ``dtype``
+        (float16, bfloat16) holds the params in it, computes each op in
+        float32 and the loss from float32 logits."""
 
         def __init__(self, config: GPTConfig, *, dtype: Any = np.float32, device: str = "cpu",
                      seed: int = 0) -> None:
             super().__init__()
             c = self.config = config
+            half = np.dtype(dtype) if np.dtype(dtype).itemsize == 2 else None
+            dtype = np.float32 if half is not None else dtype   # (layers are built in float32)
             rng = np.random.default_rng(seed)   # replaced by nanogpt_init below
             kw = {"dtype": dtype, "device": device}
             self.transformer = ng.nn.ModuleDict({
@@ -175,6 +179,8 @@ def _ng_gpt() -> type:
             self.lm_head.weight = self.transformer.wte.weight    # tied: one param
             self._positions = np.arange(c.block_size, dtype=np.int64)
             self.load_state_dict(nanogpt_init(c, seed, dtype))
+            if half is not None:   # the float32 init rounded once to the half format
+                self.to(dtype=half)
 
         def forward(self, idx: np.ndarray, targets: np.ndarray | None = None
                     ) -> tuple[ng.Tensor, ng.Tensor | None]:
@@ -189,8 +195,10 @@ def _ng_gpt() -> type:
             logits = self.lm_head(tr.ln_f(x))
             if targets is None:
                 return logits, None
-            loss = ng.cross_entropy(logits.reshape((b * t, self.config.vocab_size)),
-                                    targets.reshape(b * t))
+            flat = logits.reshape((b * t, self.config.vocab_size))
+            if flat.dtype.itemsize == 2:   # half logits: the loss in float32, as autocast
+                flat = flat.astype(np.float32)
+            loss = ng.cross_entropy(flat, targets.reshape(b * t))
             return logits, loss
 
     _CLASSES["GPT"] = GPT

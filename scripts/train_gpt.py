@@ -14,6 +14,9 @@ The defaults are nanoGPT's CPU character-level config: 4 layers, 4 heads,
 128 wide, block 64, batch 12, dropout 0, AdamW (lr 1e-3, cosine down to
 1e-4 over ``--max-iters`` with 100 warm-up updates, weight decay 0.1 on
 every param, betas (0.9, 0.99)), gradients clipped at norm 1.0, float32.
+``--dtype bfloat16`` (or float16) holds the params in half precision, runs
+each op in float32 with half outputs and keeps float32 master weights in
+AdamW (``master_weights=True``); it runs eagerly (no ``--compile``).
 
 Data: ``--data PATH`` (any UTF-8 text) or, by default, a corpus built
 offline from the docstrings of a fixed, sorted list of standard-library
@@ -89,7 +92,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                    help="run each micro-step through ng.compile (default on)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"],
+                   default="float32",
+                   help="bfloat16/float16: half params with float32 master weights in AdamW, "
+                        "each op computed in float32 (eager: no --compile)")
     p.add_argument("--eval-every", type=int, default=250,
                    help="validation loss and checkpoint every N iterations")
     p.add_argument("--eval-batches", type=int, default=20,
@@ -128,9 +134,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--stop-at must be in [1, --max-iters={args.max_iters}]")
     if args.temperature <= 0 or args.top_k < 0 or args.sample < 0:
         p.error("--temperature must be > 0, --top-k and --sample >= 0")
+    if half_dtype(args) is not None:
+        if args.peer == "torch":
+            p.error(f"--dtype {args.dtype} is numbagrad's (the torch peer runs float32/64)")
+        args.compile = False   # half tensors run eagerly (ops/_half.py)
     if args.peer == "torch" and (args.resume or args.stop_at):
         p.error("--peer torch does not checkpoint: --resume and --stop-at are numbagrad's")
     return args
+
+
+def half_dtype(args: argparse.Namespace) -> Any:
+    """``--dtype`` as ng.float16 / ng.bfloat16 (which needs ml_dtypes), or None."""
+    if args.dtype == "float16":
+        return ng.float16
+    if args.dtype == "bfloat16":
+        return ng.bfloat16
+    return None
 
 
 # ------------------------------------------------------------------- data
@@ -228,11 +247,12 @@ def schedule(args: argparse.Namespace) -> ng.optim.schedules.Cosine:
 
 
 def build(args: argparse.Namespace, vocab: int) -> tuple[GPT, Any]:
-    model = GPT(config_of(args, vocab), dtype=np.dtype(args.dtype), device=args.device,
+    half = half_dtype(args)
+    model = GPT(config_of(args, vocab), dtype=half or np.dtype(args.dtype), device=args.device,
                 seed=args.seed)
     opt = ng.optim.AdamW(model.parameters(), lr=schedule(args), betas=(0.9, args.beta2),
                          weight_decay=args.weight_decay, accumulate_steps=args.accumulate_steps,
-                         max_grad_norm=args.clip or None)
+                         max_grad_norm=args.clip or None, master_weights=half is not None)
     return model, opt
 
 

@@ -11,7 +11,7 @@ from numbagrad import buffers
 @pytest.mark.parametrize("data, dtype", [
     (np.ones(3, np.float32), np.float32), (np.ones(3), np.float64),
     ([1, 2, 3], np.int64), (np.arange(4, dtype=np.int8).reshape(2, 2), np.int8),
-    (np.ones(2, np.float16), np.float64), (np.ones(2, np.uint32), np.int64),
+    (np.ones(2, np.float16), np.float16), (np.ones(2, np.uint32), np.int64),
     ([True, False], np.bool_), ([1, 2.5], np.float64),
 ])
 def test_dtype_rules(dev, data, dtype):

@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import kernels
+from .. import _dtypes, kernels
 from .._defaults import get_default_dtype
 from ..tensor import Tensor
+from ..tensor import param as _param
+from ..tensor import tensor as _tensor
 
 __all__ = ["Module"]
 
@@ -290,10 +292,17 @@ class Module:
         for name, p in mine.items():
             kernels.call(p._kern, "upload", 0, arrays[name], p._data)
 
-    def to(self, device: str) -> Module:
-        """Move every param and buffer to ``device`` in place (new params; an
-        optimizer built before must be built again). Returns the module."""
-        kernels.check_device(device)
+    def to(self, device: str | None = None, dtype: Any = None) -> Module:
+        """Move every param and buffer to ``device`` and/or cast the float
+        ones to the float ``dtype`` (``model.to(ng.bfloat16)``, as PyTorch's
+        ``module.to``), in place: new params, so an optimizer built before
+        must be built again. Returns the module."""
+        if device is not None:
+            kernels.check_device(device)
+        if dtype is not None:
+            dtype = _dtypes.tensor_dtype(dtype, "Module.to")
+            if not _dtypes.is_float(dtype):
+                raise TypeError(f"Module.to: dtype must be a float dtype, got {dtype}")
         moved: dict[int, Tensor] = {}   # a param shared by two modules stays shared
         for module in self.modules():
             for table in (module._parameters, module._buffers):
@@ -301,7 +310,7 @@ class Module:
                     if t is None:
                         continue
                     if id(t) not in moved:
-                        moved[id(t)] = t.to(device)
+                        moved[id(t)] = _moved(t, device, dtype)
                     if table is module._buffers:
                         table[name] = moved[id(t)]
                         object.__setattr__(module, name, moved[id(t)])
@@ -312,6 +321,17 @@ class Module:
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self._modules.items())
         return f"{type(self).__name__}({inner})"
+
+
+def _moved(t: Tensor, device: str | None, dtype: Any) -> Tensor:
+    """``t`` on ``device`` with a float ``t`` cast to ``dtype`` (either None:
+    kept); a param stays a (new) param, a buffer a tensor."""
+    if dtype is not None and _dtypes.is_float(t.dtype) and t.dtype != dtype:
+        build = _param if t.is_param else _tensor
+        # (host float32 first: a half rounds from float32 as the kernels do)
+        host = t.numpy().astype(np.float64 if dtype == np.float64 else np.float32)
+        return build(host, dtype=dtype, device=device or t.device)
+    return t if device is None else t.to(device)
 
 
 def _buffer(value: Any, where: str) -> Tensor | None:

@@ -7,6 +7,7 @@ for the loss itself, meaning ones) and writes each input's gradient where
 the pass's ``dest`` says, with beta=1 adding into what is already there.
 """
 from .table import OPS
+from . import _half  # noqa: F401,E402 (half precision: the casts and the op wrapper)
 
 __all__ = [op.name for op in OPS]
 globals().update({op.name: op.fn for op in OPS})

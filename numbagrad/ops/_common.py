@@ -114,7 +114,8 @@ def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second opera
     if not promote:
         refuse_bool(a, op)
         refuse_bool(b, op)
-    if not promote and a.dtype != b.dtype and a.dtype.kind == b.dtype.kind == "f":
+    if not promote and a.dtype != b.dtype and _dtypes.is_float(a.dtype) \
+            and _dtypes.is_float(b.dtype):
         raise TypeError(f"{op}: dtypes differ: {names[0]} {a.dtype} (shape {a.shape}), "
                         f"{names[1]} {b.dtype} (shape {b.shape}); convert one with "
                         "ng.tensor(x, dtype=...)")

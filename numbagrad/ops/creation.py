@@ -64,7 +64,7 @@ def _dtype(dtype: Any, who: str, requires_grad: Any, default: Any = None) -> np.
     default float); only a float one may require a gradient."""
     want = np.dtype(default or _defaults.get_default_dtype()) if dtype is None else \
         _dtypes.tensor_dtype(dtype, who)
-    if _checked(requires_grad) and want.kind != "f":
+    if _checked(requires_grad) and not _dtypes.is_float(want):
         raise TypeError(f"{who}: only float tensors can require gradients, not {want}")
     return want
 
@@ -75,7 +75,13 @@ def _filled(shape: tuple, value: Any, dtype: np.dtype, device: str,
     kern = kernels.get(device)
     array = buffers.take(kern, shape, dtype) if not requires_grad else \
         kernels.empty(kern, shape, dtype)
-    if value is not None and array.size:     # (in the dtype: a large int64 stays exact)
+    if dtype.itemsize == 2 and dtype in _dtypes.HALVES:   # filled through its bits (ops/_half.py)
+        from ._half import enable
+        enable()
+        if value is not None and array.size:
+            bits = np.array(value, np.float32).astype(dtype).view(np.uint16)
+            kernels.call(kern, "fill", 0, _flat(array).view(np.uint16), int(bits))
+    elif value is not None and array.size:     # (in the dtype: a large int64 stays exact)
         kernels.call(kern, "fill", 0, _flat(array),
                      float(value) if dtype.kind == "f" else dtype.type(value))
     return Tensor(array, kern, requires_grad=requires_grad)
@@ -88,6 +94,10 @@ def _flat(array: Any) -> Any:
 def _from_host(array: np.ndarray, dtype: np.dtype, device: str, requires_grad: bool) -> Tensor:
     requires_grad = _checked(requires_grad)
     kern = kernels.get(device)
+    if dtype.itemsize == 2 and dtype in _dtypes.HALVES:   # rounded from float32 (ops/_half.py)
+        from ._half import enable
+        enable()
+        array = np.asarray(array, np.float32)
     return Tensor(kernels.from_host(kern, np.ascontiguousarray(array, dtype)), kern,
                   requires_grad=requires_grad)
 

@@ -198,6 +198,10 @@ def astype(x: Any, dtype: Any, copy: bool = False) -> Tensor:
         raise TypeError(f"{exc} (tensor of {describe(x)})") from None
     if want == x.dtype and not copy:
         return x
+    if (want.itemsize == 2 or x.dtype.itemsize == 2) \
+            and (want in _dtypes.HALVES or x.dtype in _dtypes.HALVES):
+        from ._half import cast as half_cast   # (half builds on this module)
+        return half_cast(x, want, copy)
     kern = x._kern
     out = buffers.take(kern, x.shape, want)
     data = contiguous(x)

@@ -17,6 +17,7 @@ from .. import kernels
 from ..tensor import Tensor
 from . import _checks, param_groups, schedules
 from .groups import TAIL, Group
+from .master import Masters
 from .rules import AdamRule, Rule, SGDRule
 from .window import Window
 
@@ -40,11 +41,20 @@ class Optimizer:
     any thread may take it up, as it may a window whose thread has ended
     or one just loaded by ``load_state_dict``. Give each thread its own
     optimizer to train in parallel.
+
+    ``master_weights=True`` (SGD, Adam, AdamW): each float16/bfloat16 param
+    is updated through a float32 master copy, its gradient window summed in
+    float32 (``optim/master.py``; then ``opt.params`` and the state dict
+    hold the masters, and a half param's ``.grad`` is its float32 total).
     """
 
     def __init__(self, params: Any, rule: Rule, lr: Any, accumulate_steps: Any,
-                 average: Any, max_grad_norm: Any, nonfinite: Any) -> None:
+                 average: Any, max_grad_norm: Any, nonfinite: Any,
+                 master_weights: bool = False) -> None:
         kind = type(self).__name__
+        if not isinstance(master_weights, bool):
+            raise TypeError(f"{kind}: master_weights must be True or False, got "
+                            f"{master_weights!r}")
         split = param_groups.split(params, kind)
         lr = _checks.lr_or_schedule(lr)
         k = _checks.steps(accumulate_steps)
@@ -67,9 +77,11 @@ class Optimizer:
         self.param_groups: list[param_groups.ParamGroup] = user
         groups = []
         names = {}
+        masters = Masters(master_weights)   # float32 copies of half params (master.py)
         for made, (plist, pnames, _) in zip(user, split):
             by_key: dict[tuple, list[Tensor]] = {}
             for p, name in zip(plist, pnames):
+                p = masters.master(p)
                 by_key.setdefault((p.device, p.dtype), []).append(p)
                 names[p.id] = name
             for ps in by_key.values():
@@ -80,6 +92,7 @@ class Optimizer:
         self._window = Window(groups, names, k, average, max_grad_norm, nonfinite, kind)
         # A .grad set before the optimizer was built feeds its first step().
         self._window.fed = any(p._live for g in groups for p in g.params)
+        masters.attach(self, kind)
 
     # ------------------------------------------------------- properties
     @property
@@ -540,9 +553,9 @@ class SGD(Optimizer):
     def __init__(self, params: Any, lr: float | Callable[[int], float], momentum: float = 0.0,
                  accumulate_steps: int = 1, average: bool | str = True, *,
                  weight_decay: float = 0.0, max_grad_norm: float | None = None,
-                 nonfinite: str = "raise") -> None:
+                 nonfinite: str = "raise", master_weights: bool = False) -> None:
         super().__init__(params, SGDRule(momentum, weight_decay), lr, accumulate_steps,
-                         average, max_grad_norm, nonfinite)
+                         average, max_grad_norm, nonfinite, master_weights)
 
     @property
     def momentum(self) -> float:
@@ -562,9 +575,10 @@ class Adam(Optimizer):
     def __init__(self, params: Any, lr: float | Callable[[int], float] = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  accumulate_steps: int = 1, average: bool | str = True, *,
-                 max_grad_norm: float | None = None, nonfinite: str = "raise") -> None:
+                 max_grad_norm: float | None = None, nonfinite: str = "raise",
+                 master_weights: bool = False) -> None:
         super().__init__(params, AdamRule(betas, eps), lr, accumulate_steps, average,
-                         max_grad_norm, nonfinite)
+                         max_grad_norm, nonfinite, master_weights)
 
     @property
     def betas(self) -> tuple[float, float]:
@@ -584,9 +598,9 @@ class AdamW(Adam):
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, accumulate_steps: int = 1,
                  average: bool | str = True, *, max_grad_norm: float | None = None,
-                 nonfinite: str = "raise") -> None:
+                 nonfinite: str = "raise", master_weights: bool = False) -> None:
         Optimizer.__init__(self, params, AdamRule(betas, eps, weight_decay, decoupled=True), lr,
-                           accumulate_steps, average, max_grad_norm, nonfinite)
+                           accumulate_steps, average, max_grad_norm, nonfinite, master_weights)
 
     @property
     def weight_decay(self) -> float:

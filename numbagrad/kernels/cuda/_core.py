@@ -90,7 +90,8 @@ _DTYPES: dict[str, tuple] = {}          # name -> the dtypes the PTX check compi
 # whose formulas are type-generic (compare, where, astype, gathers, copies)
 _NUMBA_TYPES = {np.dtype(np.float32): float32, np.dtype(np.float64): float64,
                 **{np.dtype(t): numba.from_dtype(np.dtype(t))
-                   for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)}}
+                   for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
+                             np.uint16, np.uint32)}}   # (uint16, uint32: bits, ops/_half.py)
 _jitted: dict[tuple, object] = {}
 
 
