@@ -338,6 +338,22 @@ def test_compile_refuses_half_tensors():
         step(ng.tensor(np.ones((2, 1), np.float16)))
 
 
+def test_ops_outside_the_table_refuse_halves_clearly():
+    # a layer with kernels of its own (LSTM), a user's elementwise function and
+    # custom op: a TypeError that names the half dtype, not Numba's NotImplementedError
+    x = ng.tensor(np.ones((2, 1, 4), np.float16))
+    lstm = ng.nn.LSTM(4, 3, dtype=np.float32).to(dtype=ng.float16)
+    with pytest.raises(TypeError, match="lstm_layer: got float16 data"):
+        lstm(x)
+    twice = ng.elementwise(_twice)
+    with pytest.raises(TypeError, match="got float16 data"):
+        twice(x)
+
+
+def _twice(a):
+    return 2.0 * a
+
+
 @pytest.mark.parametrize("dtype, tdt", HALVES)
 def test_factories_make_halves(dev, dtype, tdt):
     assert np.array_equal(ng.full((2, 3), 0.1, dtype=dtype, device=dev.name).numpy(),

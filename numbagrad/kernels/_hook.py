@@ -87,7 +87,10 @@ def call(kern: ModuleType, name: str, size: int, *args: Any) -> Any:
         raise LookupError(_unknown(kern, name)) from None
     if _observer is not None:
         _observer.kernel(fn, kern.KERNELS[name][threaded][1], args)
-    return fn(*args)
+    try:
+        return fn(*args)
+    except NotImplementedError as exc:
+        raise _no_half_kernel(name, args) or exc
 
 
 def call_fn(fn: Callable, name: str, *args: Any) -> Any:
@@ -98,7 +101,23 @@ def call_fn(fn: Callable, name: str, *args: Any) -> Any:
     nothing; the CUDA replay calls any ``fn`` again with the recorded args."""
     if _observer is not None:
         _observer.kernel(fn, name, args)
-    return fn(*args)
+    try:
+        return fn(*args)
+    except NotImplementedError as exc:
+        raise _no_half_kernel(name, args) or exc
+
+
+def _no_half_kernel(name: str, args: tuple) -> TypeError | None:
+    """The error for a kernel handed a float16/bfloat16 array (Numba types
+    neither: it raises NotImplementedError): the ops of the op table compute
+    halves in float32 (ops/_half.py), a layer or op outside it does not."""
+    halves = [str(a.dtype) for a in args if getattr(a, "dtype", None) is not None
+              and a.dtype.itemsize == 2 and a.dtype.kind in "fV"]
+    if not halves:
+        return None
+    return TypeError(f"{name}: got {halves[0]} data, which this op or layer does not take "
+                     f"(half precision runs through the op table's ops only); compute it "
+                     f"in float32, e.g. x.float() and a float32 layer")
 
 
 def _unknown(kern: ModuleType, name: str) -> str:

@@ -73,8 +73,9 @@ def operand(x: Any, op: str, what: str = "input", ints: bool = False) -> Tensor:
     if type(x) is not Tensor:
         x = coerce(x, kernels.get("cpu"), f"{op}: {what}")
     dtype = x._data.dtype
-    # (identity is the quick test; an equal dtype object, as a memmap's, is a float too)
-    if ints or dtype is _F64 or dtype is _F32 or dtype.kind == "f" and dtype in _dtypes.FLOATS:
+    # (identity is the quick test; an equal dtype object, as a memmap's, is a float too,
+    # and so is a half: an op that is not half-aware then meets it as it is)
+    if ints or dtype is _F64 or dtype is _F32 or _dtypes.is_float(dtype):
         return x
     return cast(refuse_bool(x, op), _defaults.get_default_dtype())
 
