@@ -25,6 +25,8 @@ from .tensor import Tensor, as_tensor, param, tensor
 from .serialization import load, save
 from ._dtypes import promote_types, result_type
 from .testing import gradcheck
+from .functional import grad, value_and_grad, vjp
+from .checkpointing import checkpoint
 
 __version__ = "0.2.0"
 
@@ -37,5 +39,6 @@ __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape",
            "is_grad_enabled", "backward",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
            "compile", "manual_seed", "random", "set_default_dtype", "get_default_dtype",
-           "promote_types", "result_type", "float32", "float64", "int8", "int16", "int32",
+           "promote_types", "result_type", "grad", "value_and_grad", "vjp", "checkpoint",
+           "float32", "float64", "int8", "int16", "int32",
            "int64", "uint8", "bool", "__version__"]
