@@ -136,12 +136,10 @@ class RandomReplay:
 
 
 def devices(values: Iterable[Any]) -> list[ModuleType]:
-    """The kernel modules of the tensors among ``values``, and of every device
-    whose generator was used already (a function may draw on a device its
-    arguments are not on, through its params)."""
+    """The kernel modules of the tensors among ``values`` (the CPU's if none):
+    the devices whose generator a function of them draws from. (Every device
+    whose generator was ever used would be safer for a function that draws on
+    a device none of its tensors is on, but would put CUDA copies into a CPU
+    step that ``ng.compile`` then could not compile.)"""
     kerns = {t._kern.name: t._kern for t in values if isinstance(t, Tensor)}
-    for name in list(_random._states):
-        kerns.setdefault(name, kernels.get(name))
-    if not kerns:
-        kerns["cpu"] = kernels.get("cpu")
-    return list(kerns.values())
+    return list(kerns.values()) or [kernels.get("cpu")]

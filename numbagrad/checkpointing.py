@@ -24,11 +24,13 @@ every buffer of the step, so there checkpointing saves no memory.
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 from . import _subgraph
 from .tape import Node, _Backward, grad_tape, is_grad_enabled, output
+from .nn.module import Module
 from .tensor import Tensor
 
 __all__ = ["checkpoint"]
@@ -57,7 +59,10 @@ def checkpoint(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"checkpoint: fn must be callable, got {type(fn).__name__}")
     if not is_grad_enabled():
         return fn(*args, **kwargs)
-    replay = _subgraph.RandomReplay(_subgraph.devices((*args, *kwargs.values())))
+    # the devices it draws on: its tensor arguments' and, for a module, its params'
+    lead = [p for _, p in itertools.islice(fn.named_parameters(), 1)] \
+        if isinstance(fn, Module) else []
+    replay = _subgraph.RandomReplay(_subgraph.devices((*args, *kwargs.values(), *lead)))
     start = _subgraph.next_id()
     out = fn(*args, **kwargs)
     if not isinstance(out, Tensor):
