@@ -192,3 +192,30 @@ def test_checkpointing_lowers_the_peak_memory(monkeypatch):
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
     assert peaks[1] < 0.5 * min(peaks[0], peaks[2]), peaks
+
+
+def test_train_gpt_checkpoint_blocks_gives_bit_identical_gradients():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import train_gpt
+
+    argv = ["--n-layer", "2", "--n-head", "2", "--n-embd", "8", "--block-size", "8",
+            "--dropout", "0.2", "--no-compile", "--checkpoint", ""]
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 11, (2, 8)), rng.integers(0, 11, (2, 8))
+    runs = []
+    for extra in ([], ["--checkpoint-blocks"]):
+        args = train_gpt.parse(argv + extra)
+        ng.manual_seed(5)
+        model, _ = train_gpt.build(args, 11)
+        with ng.grad_tape():
+            loss = model(x, y)[1]
+        loss.backward()
+        runs.append((loss.item(), model.state_dict(),
+                     {n: np.array(p.grad) for n, p in model.named_parameters()}))
+    (loss0, state0, grads0), (loss1, state1, grads1) = runs
+    assert isinstance(model.transformer.h[0], ng.nn.Checkpoint)
+    assert loss0 == loss1 and list(state0) == list(state1) and list(grads0) == list(grads1)
+    for name in grads0:
+        assert np.array_equal(grads0[name], grads1[name]), name
