@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import _subgraph, kernels
+from ._defaults import get_default_dtype
 from .ops._common import ones
 from .tape import _Backward, _check_unmodified, grad_tape, output
 from .tensor import Tensor, _writes
@@ -201,7 +202,7 @@ def _leaf(a: Any, i: int, op: str) -> tuple[Tensor, str]:
         raise TypeError(f"{op}: argument {i} must be a float Tensor, NumPy array or float "
                         f"to be differentiated, got {_kind(a)}")
     if isinstance(a, float):
-        array = np.asarray(a, dtype=_default_dtype())
+        array = np.asarray(a, dtype=get_default_dtype())
     else:
         array = np.ascontiguousarray(a)
     if array.dtype not in (np.float32, np.float64):
@@ -209,11 +210,6 @@ def _leaf(a: Any, i: int, op: str) -> tuple[Tensor, str]:
                         f"float32 or float64 inputs")
     cpu = kernels.get("cpu")
     return Tensor(kernels.from_host(cpu, array), cpu, requires_grad=True), "numpy"
-
-
-def _default_dtype() -> np.dtype:
-    from ._defaults import get_default_dtype
-    return get_default_dtype()
 
 
 def _cotangent(ct: Any, shape: tuple, dtype: np.dtype, kern: Any, k: int, op: str) -> Any:
