@@ -8,7 +8,8 @@ nanoGPT's CPU config: batch 12, block 64, 128 wide, 4 heads) with and without
 ``--checkpoint-blocks``, each measurement in a process of its own:
 
 * time: the median of ``--steps`` steps after two warm-up steps, buffer pool on
-  (as training runs);
+  (as training runs), in ``--rounds`` processes per variant run alternately
+  (the fastest median counts: on a shared machine other jobs only slow a run);
 * memory: ``tracemalloc`` over one step after the warm-up, with the buffer
   pool off (``NUMBAGRAD_POOL_BYTES=0``) so every array the step makes is a
   fresh allocation: the step's peak is the most bytes it held at once above
@@ -85,6 +86,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n-layer", type=int, default=8)
     p.add_argument("--steps", type=int, default=10, help="timed steps (median)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timing processes per variant, interleaved (the fastest median counts)")
     p.add_argument("--compile", action="store_true", help="time compiled steps (ng.compile)")
     p.add_argument("--child", choices=["time", "memory"], help=argparse.SUPPRESS)
     p.add_argument("--checked", action="store_true", help=argparse.SUPPRESS)
@@ -92,9 +95,12 @@ def main() -> None:
     if ns.child:
         print(json.dumps(child(ns.child, ns.checked, ns.n_layer, ns.steps, ns.compile)))
         return
-    res = {}
+    res = {checked: run("memory", checked, ns) for checked in (False, True)}
+    for _ in range(ns.rounds):     # interleaved: a busy spell slows both alike
+        for checked in (False, True):
+            t = run("time", checked, ns)["step_s"]
+            res[checked]["step_s"] = min(t, res[checked].get("step_s", t))
     for checked in (False, True):
-        res[checked] = {**run("memory", checked, ns), **run("time", checked, ns)}
         name = "checkpointed" if checked else "unchecked"
         print(f"{name:>13}: step {res[checked]['step_s'] * 1e3:8.1f} ms "
               f"({'compiled' if ns.compile else 'eager'}), step peak "
