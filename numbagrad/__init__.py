@@ -30,6 +30,8 @@ from .testing import gradcheck
 from .custom import custom_op
 from .elementwise_fn import elementwise
 from . import _dtypes, amp
+from .functional import grad, value_and_grad, vjp
+from .checkpointing import checkpoint
 
 __version__ = "0.2.0"
 
@@ -55,7 +57,7 @@ __all__ = ["Tensor", "tensor", "param", "as_tensor", "from_dlpack", "grad_tape",
            *_op_names, "nn", "optim", "cuda", "cuda_available", "gradcheck", "save", "load",
            "compile", "manual_seed", "random", "set_default_dtype", "get_default_dtype",
            "promote_types", "result_type", "float32", "float64", "int8", "int16", "int32",
-           "int64", "uint8", "bool", "float16", "custom_op", "elementwise", "amp",
-           "__version__"]
+           "int64", "uint8", "bool", "float16", "custom_op", "elementwise", "amp", "grad",
+           "value_and_grad", "vjp", "checkpoint", "__version__"]
 if _dtypes.BFLOAT16 is not None:
     __all__.append("bfloat16")

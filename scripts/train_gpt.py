@@ -5,6 +5,7 @@
     python scripts/train_gpt.py --max-iters 6 --stop-at 3 --checkpoint run.npz
     python scripts/train_gpt.py --max-iters 6 --resume run.npz      # bit-identical end
     python scripts/train_gpt.py --peer torch             # the PyTorch twin, same init/batches
+    python scripts/train_gpt.py --no-compile --checkpoint-blocks   # activation checkpointing
 
 The model (``gpt_model.GPT``): token and position embeddings, ``--n-layer``
 pre-norm blocks (LayerNorm, causal multi-head self-attention through the
@@ -91,6 +92,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="max global gradient norm per update (0: no clipping)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                    help="run each micro-step through ng.compile (default on)")
+    p.add_argument("--checkpoint-blocks", action="store_true",
+                   help="activation checkpointing: run every block through ng.nn.Checkpoint "
+                        "(its activations recomputed in the backward; same results, less "
+                        "memory eagerly: use it with --no-compile, see the README)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"],
                    default="float32",
@@ -140,6 +145,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.compile = False   # half tensors run eagerly (ops/_half.py)
     if args.peer == "torch" and (args.resume or args.stop_at):
         p.error("--peer torch does not checkpoint: --resume and --stop-at are numbagrad's")
+    if args.peer == "torch" and args.checkpoint_blocks:
+        p.error("--checkpoint-blocks is numbagrad's (ng.nn.Checkpoint), not --peer torch's")
     return args
 
 
@@ -250,6 +257,10 @@ def build(args: argparse.Namespace, vocab: int) -> tuple[GPT, Any]:
     half = half_dtype(args)
     model = GPT(config_of(args, vocab), dtype=half or np.dtype(args.dtype), device=args.device,
                 seed=args.seed)
+    if getattr(args, "checkpoint_blocks", False):    # same names, same state dict
+        blocks = model.transformer.h
+        for i, block in enumerate(blocks):
+            blocks[i] = ng.nn.Checkpoint(block)
     opt = ng.optim.AdamW(model.parameters(), lr=schedule(args), betas=(0.9, args.beta2),
                          weight_decay=args.weight_decay, accumulate_steps=args.accumulate_steps,
                          max_grad_norm=args.clip or None, master_weights=half is not None)

@@ -15,7 +15,8 @@ The namespace holds ``Module``, the layers, the containers and ``init``
   ``rnn.py`` (``RNN``, ``LSTM``, ``GRU``): the layer families;
 - ``init.py``: ``torch.nn.init``'s initialisers;
 - ``functional.py``: the ops under ``torch.nn.functional``'s names (``F.relu``);
-- ``utils.py``: ``clip_grad_norm_``, ``clip_grad_value_``.
+- ``utils.py``: ``clip_grad_norm_``, ``clip_grad_value_``;
+- ``checkpoint.py``: ``Checkpoint``, a module run through ``ng.checkpoint``.
 """
 from . import functional, init, utils
 from .activation import (CELU, ELU, GELU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU,
@@ -31,6 +32,7 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Lo
 from .module import Module
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .rnn import GRU, LSTM, RNN
+from .checkpoint import Checkpoint
 
 __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmoid", "GELU",
            "SiLU", "Softplus", "Identity", "Flatten", "Dropout", "Embedding", "ModuleList",
@@ -40,4 +42,4 @@ __all__ = ["Module", "Linear", "Sequential", "ReLU", "LeakyReLU", "Tanh", "Sigmo
            "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "QuickGELU",
            "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
            "CrossEntropyLoss", "NLLLoss", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
-           "MaxUnpool2d", "Upsample", "RNN", "LSTM", "GRU"]
+           "MaxUnpool2d", "Upsample", "RNN", "LSTM", "GRU", "Checkpoint"]
