@@ -168,7 +168,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              "(1-512) and widths, causal attention across T (64-4096), for "
                              "numbagrad eager and compiled and PyTorch eager, with each "
                              "point's peak memory and each curve's log-log slope; short rounds "
-                             "(default 3 of >= 10 ms): about 5-10 minutes on two cores")
+                             "(default 3 of >= 10 ms): about 2-3 minutes on two cores with "
+                             "ng.compile's cache warm (the first run compiles the GPT steps: "
+                             "up to ~10 minutes)")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--plot", metavar="PATH")
     args = parser.parse_args(argv)

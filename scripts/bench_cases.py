@@ -8,6 +8,7 @@ standard library.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from bench_machine import installed
 
@@ -57,19 +58,21 @@ CASES["lstm"] = {"kind": "lstm", "input": 32, "hidden": 128, "num_layers": 2, "s
 
 # --- scaling (bench.py --scaling): sweeps of one size of a case, each point a case of
 # its own (so that the peer processes know it); sizes kept so that a whole run with
-# short rounds takes under ~10 minutes on two cores
+# short rounds takes a few minutes on two cores (up to ~10 while ng.compile's cache
+# is cold)
 SCALING_GPT = {"kind": "gpt", "vocab": 101, "batch": 8, "block": 32, "n_layer": 2,
                "n_head": 2, "n_embd": 64}
 SWEEPS: dict[str, dict] = {}       # sweep -> {"axis": what varies, "cases": [(case, size)]}
 
 
-def add_sweep(name: str, axis: str, sizes, make) -> None:
+def add_sweep(name: str, axis: str, sizes: tuple[int, ...],
+              make: Callable[[int], dict]) -> None:
     """Register sweep ``name``: a case ``make(size)`` per size, named
     ``<name>-<size>`` (spaces as dashes) and marked ``scaling``."""
     cases = []
     for n in sizes:
         case = f"{name.replace(' ', '-')}-{n}"
-        CASES[case] = {**make(n), "scaling": True, "sweep": name}
+        CASES[case] = {**make(n), "scaling": True}
         cases.append((case, n))
     SWEEPS[name] = {"axis": axis, "cases": cases}
 
