@@ -13,9 +13,12 @@ Peers, all from the same weights and data, doing the same update:
 numbagrad, ``numbagrad compiled`` (``ng.compile``), a hand-written NumPy
 loop with preallocated buffers, PyTorch eager (on 1 and 2 threads and its
 default count, the fastest kept), PyTorch with ``torch.compile``, JAX
-(``jax.jit`` + ``optax.MultiSteps``) when importable, and the GEMM floor: the
-matrix products no micro-step can avoid, timed alone through SciPy's BLAS,
-the library numbagrad's kernels call.
+(``jax.jit`` + ``optax.MultiSteps``) when importable, on the linear and MLP
+cases tinygrad (CPU backend), HIPS autograd and mygrad when importable, and
+the GEMM floor: the matrix products no micro-step can avoid, timed alone
+through SciPy's BLAS, the library numbagrad's kernels call. Each row names
+its fastest rival (every peer but numbagrad and the floor) and numbagrad's
+ratio to it ("ng / best peer").
 
 Each peer group runs in a process of its own (``bench_peers.py --serve``)
 with its library's defaults, so no library changes another's threads or
@@ -36,6 +39,7 @@ the verdict on the issues' targets.
 
     python scripts/bench.py --quick              # the README's main job
     python scripts/bench.py --json out.json --plot out.png
+    python scripts/bench.py --scaling --plot scaling.png   # time and memory vs size
 
 This file is the command: its options, a row's measurement and the run.
 The rest lives beside it, one concern a module: ``bench_cases`` (the
@@ -43,7 +47,8 @@ cases, their rows and peers), ``bench_peers`` (the peers and the process
 that serves them), ``bench_timing`` (local and remote peers, the
 interleaved rounds), ``bench_report`` (header, legend, table, noise marks,
 verdict), ``bench_plot``, ``bench_machine`` (CPU, versions, BLAS and
-threads) and ``bench_sections`` (first step, allreduce share). Their
+threads), ``bench_sections`` (first step, allreduce share) and
+``bench_scaling`` (``--scaling``'s sweeps and slopes). Their
 public names are importable from here too.
 """
 from __future__ import annotations
@@ -61,14 +66,16 @@ sys.path.insert(0, HERE)
 from bench_peers import (GROUPS, PEERS, calibrate, compiled_step,  # noqa: E402,F401
                          floor_gemms, floor_step, initial_weights, numbagrad_step, numpy_step,
                          one_blas_thread, run_calls, scipy_gemm, torch_step, transient_bytes)
-from bench_cases import (CASES, K, MLP_ROW, QUICK_CASES, available_peers,  # noqa: E402,F401
-                         describe, peers_of, rounds_of, rows_of, short_size)
+from bench_cases import (CASES, EXTRA_PEERS, K, MLP_ROW, QUICK_CASES, SWEEPS,  # noqa: E402,F401
+                         available_peers, benchmark_cases, describe, peers_of, rounds_of,
+                         rows_of, short_size)
 from bench_machine import (BLAS_ENV, blas_environment, blas_kernels,  # noqa: E402,F401
                            limit_threads, machine_info)
-from bench_plot import plot  # noqa: E402
-from bench_report import (SPREAD_LIMIT, columns, flags, legend, noise_warning,  # noqa: E402
-                          print_header, print_intro, print_legend, print_row, print_verdict,
-                          ratios, verdict)
+from bench_plot import plot, plot_scaling  # noqa: E402
+from bench_scaling import run_scaling, scaling_peers, write_json  # noqa: E402
+from bench_report import (SPREAD_LIMIT, best_peer, best_peer_verdict, columns,  # noqa: E402
+                          flags, legend, noise_warning, print_best_peer_verdict, print_header,
+                          print_intro, print_legend, print_row, print_verdict, ratios, verdict)
 from bench_sections import dp_allreduce_share, first_step_times  # noqa: E402
 from bench_timing import (Worker, interleaved, local_peers, remote_peers,  # noqa: E402,F401
                           start_workers, sync_for)
@@ -100,7 +107,8 @@ def measure_row(case: str, dtype: str, opt_kind: str, args: argparse.Namespace,
         for name in ("numbagrad", "numbagrad compiled", "numpy"):
             if name in handles:
                 row[name.replace(" ", "_") + "_bytes"] = handles[name].bytes()
-    row["ratios"] = ratios({n: s["best_s"] for n, s in stats.items()}, peers)
+    best = {n: s["best_s"] for n, s in stats.items()}
+    row["ratios"], row["best_peer"] = ratios(best, peers), best_peer(best, peers)
     row["flags"] = flags(case, args.device, stats)
     row["seconds"] = time.perf_counter() - start
     return row
@@ -126,7 +134,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--cases", nargs="+", default=None, type=_case_list,
                         metavar="CASE", help=f"cases to run, space- or comma-separated: "
-                                             f"{', '.join(CASES)}")
+                                             f"{', '.join(benchmark_cases())} (and the "
+                                             f"--scaling sweeps' points)")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"],
                         choices=["float32", "float64"], help="of the linear cases")
     parser.add_argument("--optimizers", nargs="+", default=["sgd", "adam"],
@@ -141,6 +150,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              "default: each library's own default")
     parser.add_argument("--no-torch-compile", action="store_true",
                         help="leave out the torch.compile peer (it compiles for 10-60 s a row)")
+    parser.add_argument("--no-extra-peers", action="store_true",
+                        help="leave out tinygrad, autograd and mygrad (the linear and MLP "
+                             "cases' optional peers)")
     parser.add_argument("--keep-blas-env", action="store_true",
                         help="run the peers with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE as set, "
                              "even when they force an older kernel than this CPU's")
@@ -151,22 +163,32 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="skip the fresh-process first-step timings")
     parser.add_argument("--no-dp", action="store_true",
                         help="skip the 2-rank MPI allreduce-share measurement")
+    parser.add_argument("--scaling", action="store_true",
+                        help="instead of the table: the MLP and GPT steps across batch sizes "
+                             "(1-512) and widths, causal attention across T (64-4096), for "
+                             "numbagrad eager and compiled and PyTorch eager, with each "
+                             "point's peak memory and each curve's log-log slope; short rounds "
+                             "(default 3 of >= 10 ms): about 2-3 minutes on two cores with "
+                             "ng.compile's cache warm (the first run compiles the GPT steps: "
+                             "up to ~10 minutes)")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--plot", metavar="PATH")
     args = parser.parse_args(argv)
     args.cases = ([c for group in args.cases for c in group] if args.cases else
-                  QUICK_CASES if args.quick else list(CASES))
+                  QUICK_CASES if args.quick else benchmark_cases())
     args.repeats_given = args.repeats is not None
-    args.repeats = args.repeats or (5 if args.quick else 9)
+    args.repeats = args.repeats or (3 if args.scaling else 5 if args.quick else 9)
     args.min_time = args.min_time if args.min_time is not None else (
-        0.01 if args.quick else 0.05)
+        0.01 if args.quick or args.scaling else 0.05)
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark as ``argv`` asks; returns what ``--json`` writes."""
     args = parse(argv)
-    peers = available_peers(torch_compile=not args.no_torch_compile)
+    peers = (scaling_peers() if args.scaling else
+             [p for p in available_peers(torch_compile=not args.no_torch_compile)
+              if not (args.no_extra_peers and p in EXTRA_PEERS)])
     info = machine_info()
     env, blas_report = blas_environment(args.keep_blas_env)
     info["blas_environment"] = blas_report
@@ -177,10 +199,29 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         workers = start_workers(peers, env, args.threads)
     try:
+        if args.scaling:
+            return _scaling(args, peers, info, workers)
         return _main(args, peers, info, env, workers)
     finally:
         for worker in (workers or {}).values():
             worker.close()
+
+
+def _scaling(args: argparse.Namespace, peers: list[str], info: dict,
+             workers: dict[str, Worker] | None) -> dict:
+    """``--scaling``: the sweeps, their slopes, ``--json`` and ``--plot``."""
+    if workers is not None:
+        info["processes"] = {g: w.call("info") for g, w in workers.items()}
+    print_intro(info, args, in_process=workers is None)
+    result = {"machine": info, "peers": peers,
+              "settings": {"repeats": args.repeats, "min_time_s": args.min_time, "k": K,
+                           "device": args.device, "threads": args.threads},
+              **run_scaling(args, peers, workers, PEERS, one_blas_thread)}
+    if args.json:
+        write_json(result, args.json)
+    if args.plot:
+        plot_scaling(result, args.plot)
+    return result
 
 
 def _main(args: argparse.Namespace, peers: list[str], info: dict, env: dict[str, str],
@@ -227,6 +268,8 @@ def _main(args: argparse.Namespace, peers: list[str], info: dict, env: dict[str,
             result["data_parallel"]["seconds"] = time.perf_counter() - start
     result["verdict"] = verdict(rows, peers)
     print_verdict(result["verdict"])
+    result["best_peer"] = best_peer_verdict(rows)
+    print_best_peer_verdict(result["best_peer"])
     result["warning"] = noise_warning(rows, args)
     if result["warning"]:
         print("\n" + result["warning"])

@@ -8,6 +8,7 @@ standard library.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from bench_machine import installed
 
@@ -53,6 +54,48 @@ CASES["gpt"] = {"kind": "gpt", "vocab": 101, "batch": 12, "block": 64, "n_layer"
 # step's output, MSE, Adam (issue 30's case)
 CASES["lstm"] = {"kind": "lstm", "input": 32, "hidden": 128, "num_layers": 2, "seq": 32,
                  "batch": 16, "out": 10}
+
+
+# --- scaling (bench.py --scaling): sweeps of one size of a case, each point a case of
+# its own (so that the peer processes know it); sizes kept so that a whole run with
+# short rounds takes a few minutes on two cores (up to ~10 while ng.compile's cache
+# is cold)
+SCALING_GPT = {"kind": "gpt", "vocab": 101, "batch": 8, "block": 32, "n_layer": 2,
+               "n_head": 2, "n_embd": 64}
+SWEEPS: dict[str, dict] = {}       # sweep -> {"axis": what varies, "cases": [(case, size)]}
+
+
+def add_sweep(name: str, axis: str, sizes: tuple[int, ...],
+              make: Callable[[int], dict]) -> None:
+    """Register sweep ``name``: a case ``make(size)`` per size, named
+    ``<name>-<size>`` (spaces as dashes) and marked ``scaling``."""
+    cases = []
+    for n in sizes:
+        case = f"{name.replace(' ', '-')}-{n}"
+        CASES[case] = {**make(n), "scaling": True}
+        cases.append((case, n))
+    SWEEPS[name] = {"axis": axis, "cases": cases}
+
+
+add_sweep("mlp batch", "batch", (1, 8, 64, 512),
+          lambda n: {"kind": "mlp", "layers": (784, 256, 256, 10), "batch": n})
+add_sweep("mlp width", "hidden width", (64, 256, 1024),
+          lambda n: {"kind": "mlp", "layers": (784, n, n, 10), "batch": 64})
+add_sweep("gpt batch", "batch", (1, 8, 64, 512), lambda n: {**SCALING_GPT, "batch": n})
+add_sweep("gpt width", "n_embd", (32, 64, 128), lambda n: {**SCALING_GPT, "n_embd": n})
+add_sweep("attention T", "T", (64, 256, 1024, 4096),
+          lambda n: {"kind": "attention", "shape": (1, 2, n, 32)})
+
+
+def benchmark_cases() -> list[str]:
+    """The cases a plain run (no ``--cases``) times: all but the scaling sweeps'."""
+    return [c for c in CASES if not CASES[c].get("scaling")]
+
+
+# The optional peers of the linear and MLP cases only, each in a process of its own
+# (tinygrad on its CPU backend; HIPS autograd and mygrad, NumPy autograd libraries).
+EXTRA_PEERS = ("tinygrad", "autograd", "mygrad")
+EXTRA_KINDS = ("linear", "mlp")
 
 
 def gpt_describe(case: str) -> str:
@@ -150,11 +193,15 @@ def available_peers(torch_compile: bool = True) -> list[str]:
         names += ["torch"] + (["torch compiled"] if torch_compile else [])
     if installed("jax") and installed("optax"):
         names.append("jax")
+    names += [n for n in EXTRA_PEERS if installed(n)]
     return names + ["floor"]
 
 
 def peers_of(case: str, args: argparse.Namespace, peers: list[str]) -> list[str]:
-    """A row's peers: ``--quick`` compiles with torch.compile for the MLPs only."""
+    """A row's peers: ``--quick`` compiles with torch.compile for the MLPs only;
+    tinygrad, autograd and mygrad run the linear and MLP cases only."""
+    if CASES[case]["kind"] not in EXTRA_KINDS:
+        peers = [p for p in peers if p not in EXTRA_PEERS]
     if args.quick and CASES[case]["kind"] != "mlp":
         return [p for p in peers if p != "torch compiled"]
     return peers

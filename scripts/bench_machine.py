@@ -83,7 +83,7 @@ def machine_info() -> dict:
     from importlib import metadata
     versions = {"python": platform.python_version()}
     for name in ("numbagrad", "numpy", "numba", "llvmlite", "scipy", "torch", "jax", "jaxlib",
-                 "optax"):
+                 "optax", "tinygrad", "autograd", "mygrad"):
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -25,7 +25,7 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-from bench_cases import BLAS_THREADS_MIN, CASES, K, cnn_features
+from bench_cases import BLAS_THREADS_MIN, CASES, EXTRA_KINDS, K, cnn_features
 from gpt_model import GPTConfig, nanogpt_init, param_shapes
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -479,6 +479,10 @@ def compiled_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
 
     def micro_step():
         step(*data)
+    # ng.compile checks its 2nd, 4th, 8th... call against an eager recording: on the
+    # CPU warm up past the dense early checks, or short rounds time them (a GPT
+    # step's were 60x its steady time); not on CUDA, whose simulator the tests run
+    micro_step.warmup_calls = 16 * K if device == "cpu" else K
     micro_step.weights = weights
     return micro_step
 
@@ -633,13 +637,7 @@ def numpy_mlp_step(case, dtype, opt_kind) -> Callable[[], None]:
     (one optimizer pass updates them all); every buffer is made once."""
     params, x, labels = mlp_problem(case, dtype)
     batch = x.shape[0]
-    flat_w = np.concatenate([p.ravel() for p in params])
-    flat_g = np.zeros_like(flat_w)
-    views_w, views_g, at = [], [], 0
-    for p in params:
-        views_w.append(flat_w[at:at + p.size].reshape(p.shape))
-        views_g.append(flat_g[at:at + p.size].reshape(p.shape))
-        at += p.size
+    flat_w, flat_g, views_w, views_g = _flat(params)
     Ws, bs, gWs, gbs = views_w[0::2], views_w[1::2], views_g[0::2], views_g[1::2]
     n = len(Ws)
     acts = [x] + [np.empty((batch, W.shape[0]), dtype) for W in Ws]  # post-ReLU; last: logits
@@ -1021,6 +1019,199 @@ def _jax_cnn_loss(jax, jnp, optax):
     return loss_fn
 
 
+# --- tinygrad, HIPS autograd and mygrad: the linear and MLP cases only (EXTRA_KINDS)
+
+
+def _tinygrad():
+    """tinygrad on its CPU backend (``DEV=CPU`` unless ``DEV`` already names a CPU
+    renderer, e.g. ``CPU:LLVM``), or None when not installed. Set before its import:
+    tinygrad reads ``DEV`` once."""
+    if not os.environ.get("DEV", "").startswith("CPU"):
+        os.environ["DEV"] = "CPU"
+    try:
+        return importlib.import_module("tinygrad")
+    except ImportError:
+        return None
+
+
+def _flat(params: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list, list]:
+    """(flat weights, flat zero gradients, views of each param in both): one
+    ``_NumpyOptimizer`` pass then updates every param."""
+    flat_w = np.concatenate([p.ravel() for p in params])
+    flat_g = np.zeros_like(flat_w)
+    views_w, views_g, at = [], [], 0
+    for p in params:
+        views_w.append(flat_w[at:at + p.size].reshape(p.shape))
+        views_g.append(flat_g[at:at + p.size].reshape(p.shape))
+        at += p.size
+    return flat_w, flat_g, views_w, views_g
+
+
+def _linear_or_mlp(case: str, dtype) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """(initial params, input, target) of a linear case (target Y) or an MLP
+    case (integer labels)."""
+    if CASES[case]["kind"] == "linear":
+        w0, x0, y0 = problem(case, dtype)
+        return [w0], x0, y0
+    return mlp_problem(case, dtype)
+
+
+def _accumulating_step(make_grads: Callable[[list], Callable[[], list]],
+                       params: list[np.ndarray], opt_kind: str) -> Callable[[], None]:
+    """The micro-step of a NumPy autograd library: ``grads = make_grads(views)``
+    (views of one flat copy of ``params``); each call adds ``grads()`` (the
+    library's forward and backward at the current weights) into the
+    accumulator, then ``_NumpyOptimizer.step`` (the mean of K micro-steps'
+    gradients applied every K calls, as the NumPy loop's); neither library
+    has an optimizer of its own."""
+    flat_w, flat_g, views_w, views_g = _flat(params)
+    opt = _NumpyOptimizer(flat_w, flat_g, opt_kind)
+    grads = make_grads(views_w)
+
+    def micro_step():
+        for acc, g in zip(views_g, grads()):
+            acc += g
+        opt.step()
+    micro_step.weights = lambda: [v.copy() for v in views_w]
+    return micro_step
+
+
+def autograd_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
+    """HIPS autograd: ``value_and_grad(loss)(params, x, y)`` on ``autograd.numpy``;
+    the gradients accumulated and applied as the NumPy loop's (CPU only)."""
+    if device != "cpu" or CASES[case]["kind"] not in EXTRA_KINDS:
+        return None
+    try:
+        autograd = importlib.import_module("autograd")
+        anp = importlib.import_module("autograd.numpy")
+        logsumexp = importlib.import_module("autograd.scipy.special").logsumexp
+    except ImportError:
+        return None
+    params, x, y = _linear_or_mlp(case, dtype)
+    if CASES[case]["kind"] == "linear":
+        def loss_fn(p, x, y):
+            return anp.mean((anp.dot(p[0], x) - y) ** 2)
+    else:
+        rows = np.arange(len(y))
+
+        def loss_fn(p, x, labels):
+            h = x
+            for i in range(0, len(p), 2):
+                h = anp.dot(h, p[i].T) + p[i + 1]
+                if i + 2 < len(p):
+                    h = anp.maximum(h, 0.0)
+            return anp.mean(logsumexp(h, axis=1) - h[rows, labels])
+    value_and_grad = autograd.value_and_grad(loss_fn)
+
+    def make_grads(views):
+        return lambda: value_and_grad(views, x, y)[1]
+    return _accumulating_step(make_grads, params, opt_kind)
+
+
+def mygrad_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
+    """mygrad: ``loss.backward()`` on ``mg.Tensor``s that share the weights'
+    memory (``copy=False``), the ``.grad`` arrays accumulated and applied as the
+    NumPy loop's (CPU only)."""
+    if device != "cpu" or CASES[case]["kind"] not in EXTRA_KINDS:
+        return None
+    try:
+        mg = importlib.import_module("mygrad")
+        relu = importlib.import_module("mygrad.nnet.activations").relu
+        softmax_crossentropy = importlib.import_module("mygrad.nnet.losses").softmax_crossentropy
+    except ImportError:
+        return None
+    params, x, y = _linear_or_mlp(case, dtype)
+    matmul, mean = mg.matmul, mg.mean
+    if CASES[case]["kind"] == "linear":
+        def loss_fn(p):
+            return mean((matmul(p[0], x) - y) ** 2)
+    else:
+        def loss_fn(p):
+            h = x
+            for i in range(0, len(p), 2):
+                h = matmul(h, p[i].T) + p[i + 1]
+                if i + 2 < len(p):
+                    h = relu(h)
+            return softmax_crossentropy(h, y)        # the mean over the batch
+
+    def make_grads(views):
+        tensors = [mg.Tensor(v, copy=False) for v in views]   # the weights, not copies
+
+        def run():
+            loss_fn(tensors).backward()               # frees the graph, unlocks the weights
+            return [t.grad for t in tensors]
+        return run
+    return _accumulating_step(make_grads, params, opt_kind)
+
+
+def tinygrad_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
+    """tinygrad on its CPU backend, its own optimizer, two ``TinyJit``s as its
+    training examples use it: every call ``(loss / K).gradient(*params)`` added
+    into preallocated gradients; every K calls ``opt.step()`` and the
+    gradients zeroed. Its optimizer state is kept in the weights' dtype
+    (``OPTIM_DTYPE``), its learning rate in float32 even for float64 weights."""
+    if device != "cpu" or CASES[case]["kind"] not in EXTRA_KINDS:
+        return None
+    tg = _tinygrad()
+    if tg is None:
+        return None
+    from tinygrad.device import Device
+    from tinygrad.helpers import Context, getenv
+    from tinygrad.nn import optim
+    Tensor, TinyJit = tg.Tensor, tg.TinyJit
+    params0, x0, y0 = _linear_or_mlp(case, dtype)
+    params = [Tensor(w).contiguous().realize() for w in params0]
+    if CASES[case]["kind"] == "linear":
+        x, y = Tensor(x0).realize(), Tensor(y0).realize()
+
+        def loss_fn(x, y):
+            return ((params[0] @ x - y) ** 2).mean()
+    else:
+        x, y = Tensor(x0).realize(), Tensor(y0.astype(np.int32)).realize()
+
+        def loss_fn(x, labels):
+            h = x
+            for i in range(0, len(params), 2):
+                h = h @ params[i].T + params[i + 1]
+                if i + 2 < len(params):
+                    h = h.relu()
+            return h.sparse_categorical_crossentropy(labels)
+    grads = [Tensor.zeros(*p.shape, dtype=p.dtype).contiguous().realize() for p in params]
+    for p, g in zip(params, grads):
+        p.grad = g                                     # what the optimizer reads
+    os.environ["OPTIM_DTYPE"] = str(np.dtype(dtype))  # its state in the weights' dtype
+    getenv.cache_clear()                               # (read through a cached getenv)
+    opt = (optim.SGD(params, lr=LR, momentum=MOMENTUM) if opt_kind == "sgd"
+           else optim.Adam(params, lr=LR, b1=BETAS[0], b2=BETAS[1], eps=EPS))
+
+    @TinyJit
+    def accumulate(x, y):
+        loss = loss_fn(x, y)
+        Tensor.realize(*[a.assign(a + g) for a, g in
+                         zip(grads, (loss / K).gradient(*params))])
+        return loss.realize()
+
+    @TinyJit
+    def update():
+        with Context(TRAINING=1):
+            opt.step()
+        Tensor.realize(*[a.assign(a.zeros_like()) for a in grads])
+        return params[0]
+    pos = [0]
+
+    def micro_step():
+        accumulate(x, y)
+        pos[0] += 1
+        if pos[0] == K:
+            pos[0] = 0
+            update()
+    device_ = Device[Device.DEFAULT]
+    micro_step.sync = device_.synchronize
+    micro_step.warmup_calls = 3 * K           # TinyJit captures on the second call of each
+    micro_step.weights = lambda: [p.numpy().copy() for p in params]
+    return micro_step
+
+
 def floor_gemms(case: str, dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(a, b, out) for each GEMM a micro-step cannot avoid: the forward
     products and each weight's gradient (and the gradient flowing into each
@@ -1211,18 +1402,24 @@ def floor_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
 
 PEERS = {"numbagrad": numbagrad_step, "numbagrad compiled": compiled_step,
          "numpy": numpy_step, "torch": torch_step, "torch compiled": torch_compiled_step,
-         "jax": jax_step, "floor": floor_step}
+         "jax": jax_step, "floor": floor_step, "tinygrad": tinygrad_step,
+         "autograd": autograd_step, "mygrad": mygrad_step}
 # The processes: a library's peers share one (numbagrad eager and compiled; the
 # NumPy loop and the GEMM floor, both NumPy and SciPy only).
 GROUPS = {"numbagrad": ("numbagrad", "numbagrad compiled"), "numpy": ("numpy", "floor"),
-          "torch": ("torch",), "torch compiled": ("torch compiled",), "jax": ("jax",)}
+          "torch": ("torch",), "torch compiled": ("torch compiled",), "jax": ("jax",),
+          "tinygrad": ("tinygrad",), "autograd": ("autograd",), "mygrad": ("mygrad",)}
 GROUP_OF = {peer: group for group, peers in GROUPS.items() for peer in peers}
 # The libraries a group imports, for its versions and for availability checks.
 LIBRARIES = {"numbagrad": ("numbagrad", "numba", "llvmlite", "numpy", "scipy"),
              "numpy": ("numpy", "scipy"), "torch": ("torch",), "torch compiled": ("torch",),
-             "jax": ("jax", "jaxlib", "optax")}
+             "jax": ("jax", "jaxlib", "optax"), "tinygrad": ("tinygrad",),
+             "autograd": ("autograd", "numpy", "scipy"), "mygrad": ("mygrad", "numpy")}
 PRELOAD = {"numbagrad": ("numbagrad",), "numpy": ("numpy", "scipy.linalg"),
-           "torch": ("torch",), "torch compiled": ("torch",), "jax": ("jax",)}
+           "torch": ("torch",), "torch compiled": ("torch",), "jax": ("jax",),
+           "tinygrad": ("tinygrad",), "autograd": ("autograd",), "mygrad": ("mygrad",)}
+# the modules whose import needs set-up first (JAX's float64, tinygrad's CPU backend)
+IMPORTERS = {"jax": lambda: _jax(), "tinygrad": lambda: _tinygrad()}
 
 
 def _torch():
@@ -1289,6 +1486,50 @@ def transient_bytes(fn: Callable[[], None], steps: int = K) -> int:
     finally:
         tracemalloc.stop()
     return worst
+
+
+def _proc_status_kb(key: str) -> int | None:
+    """A ``/proc/self/status`` field in kB (Linux), or None."""
+    try:
+        with open("/proc/self/status") as fh:
+            for text in fh:
+                if text.startswith(key + ":"):
+                    return int(text.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def peak_memory(fn: Callable[[], None], steps: int = K) -> dict[str, int | None]:
+    """The memory a warm ``fn`` needs over ``steps`` calls (one window):
+    ``traced_bytes``, the most a call allocates through tracemalloc (NumPy's
+    and numbagrad's buffers; not PyTorch's own allocator); ``peak_rss_bytes``,
+    the process's resident peak over the window (Linux: its high-water mark
+    reset first; everything this process holds, libraries included); and
+    ``window_rss_bytes``, that peak above the resident size just before the
+    window (freed heap returned to the system first). None where unknown."""
+    import ctypes
+    traced = transient_bytes(fn, steps)
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    before = _proc_status_kb("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")                  # resets VmHWM to the current resident size
+    except OSError:
+        before = None
+    for _ in range(steps):
+        fn()
+    sync = getattr(fn, "sync", None)
+    if sync is not None:
+        sync()
+    peak = _proc_status_kb("VmHWM") if before is not None else None
+    return {"traced_bytes": traced,
+            "peak_rss_bytes": None if peak is None else 1024 * peak,
+            "window_rss_bytes": None if peak is None else 1024 * (peak - before)}
 
 
 _CONTROLLER = []
@@ -1418,6 +1659,9 @@ class Server:
     def bytes(self, name: str) -> int:
         return transient_bytes(self.fns[name])
 
+    def memory(self, name: str) -> dict[str, int | None]:
+        return peak_memory(self.fns[name])
+
     def info(self) -> dict:
         return {"group": self.group, "versions": versions(self.group),
                 "blas": blas_libraries(), "pid": os.getpid(),
@@ -1432,7 +1676,7 @@ def serve(group: str) -> None:
     proto = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     for name in PRELOAD[group]:        # imported up front: its BLAS shows in "info"
-        _jax() if name == "jax" else importlib.import_module(name)
+        IMPORTERS.get(name, lambda: importlib.import_module(name))()
     server = Server(group)
     for raw in sys.stdin:
         request = json.loads(raw)

@@ -72,3 +72,47 @@ def plot(result: dict, path: str) -> bool:
     plt.close(fig)
     print(f"plot written to {path}")
     return True
+
+
+def plot_scaling(result: dict, path: str) -> bool:
+    """Write ``--scaling``'s figure to ``path``: per sweep, each peer's best time
+    against the size on log-log axes (its fitted slope in the legend) above its
+    process's peak resident memory; False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not importable: no plot written")
+        return False
+    sweeps, peers = result["sweeps"], result["peers"]
+    fig, axes = plt.subplots(2, len(sweeps), figsize=(4.6 * len(sweeps), 7.4), squeeze=False)
+    for col, (sweep, data) in enumerate(sweeps.items()):
+        top, bottom = axes[0, col], axes[1, col]
+        for name in peers:
+            got = [(p["size"], p[name]) for p in data["points"] if p.get(name)]
+            if not got:
+                continue
+            sizes = [s for s, _ in got]
+            fit = data["slopes"][name]["fit"]
+            label = name + ("" if fit is None else f" (slope {fit:.2f})")
+            top.plot(sizes, [s["best_s"] * 1e6 for _, s in got], "o-", label=label)
+            mem = [(n, s["peak_rss_bytes"]) for n, s in got if s.get("peak_rss_bytes")]
+            if mem:
+                bottom.plot([n for n, _ in mem], [b / 2 ** 20 for _, b in mem], "o-", label=name)
+        for ax in (top, bottom):
+            ax.set_xscale("log")
+            ax.set_xlabel(data["axis"])
+        top.set_yscale("log")
+        top.set_title(sweep, fontsize=10)
+        top.set_ylabel("µs per micro-step (best)")
+        bottom.set_ylabel("peak resident MB of the process")
+        top.legend(fontsize=7)
+    m = result["machine"]
+    fig.suptitle(f"numbagrad scaling (accumulate_steps={K}) on {m['cpu']}, "
+                 f"{m['usable_cores']} cores; slope: log-log least-squares fit", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"plot written to {path}")
+    return True

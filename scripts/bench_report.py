@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench_cases import CASES, K
+from bench_cases import CASES, EXTRA_PEERS, K
 from bench_machine import blas_summary, process_summary
 
 SPREAD_LIMIT = 0.20          # a cell whose IQR / median exceeds this marks its row
@@ -16,7 +16,10 @@ SPREAD_LIMIT = 0.20          # a cell whose IQR / median exceeds this marks its 
 STALL_LIMIT = 1.25
 SUBJECTS = ("numbagrad", "numbagrad compiled")      # the ones whose ratios are reported
 SHORT = {"numbagrad": "ng", "numbagrad compiled": "ngc", "numpy": "numpy", "torch": "torch",
-         "torch compiled": "tc", "jax": "jax", "floor": "floor"}
+         "torch compiled": "tc", "jax": "jax", "floor": "floor", "tinygrad": "tinyg",
+         "autograd": "autog", "mygrad": "mygrad"}
+# the peers a subject races: every peer but the subjects and the floor (a lower bound)
+NOT_RIVALS = SUBJECTS + ("floor",)
 DESCRIPTION = {
     "numbagrad": "ng ops on ng.grad_tape(), loss.backward(), opt.step()",
     "numbagrad compiled": "step = ng.compile(loss_fn, optimizer=opt); step(x, y)",
@@ -32,13 +35,33 @@ DESCRIPTION = {
              "on one BLAS thread, as numbagrad, a larger one on OpenBLAS's own threads "
              "(numbagrad splits those over its own), timed alone: a lower bound, not a "
              "competitor",
+    "tinygrad": ("tinygrad on its CPU backend (DEV=CPU), its own SGD/Adam, the "
+                 "accumulating micro-step and the update each a TinyJit; linear and MLP "
+                 "cases"),
+    "autograd": ("HIPS autograd: value_and_grad on autograd.numpy, the gradients "
+                 "accumulated and applied by the NumPy loop's optimizer; linear and MLP cases"),
+    "mygrad": ("mygrad: loss.backward() on tensors sharing the weights' memory, the "
+               "gradients accumulated and applied by the NumPy loop's optimizer; linear "
+               "and MLP cases"),
 }
 
 
 def ratios(best: dict[str, float], peers: list[str]) -> dict[str, float]:
-    """``subject/peer`` -> best-time ratio, for every subject and other peer timed."""
-    return {f"{a}/{b}": best[a] / best[b] for a in SUBJECTS if a in best
-            for b in peers if b in best and b not in SUBJECTS}
+    """``subject/peer`` -> best-time ratio, for every subject and other peer
+    timed, and ``subject/best peer``: against the fastest rival (``best_peer``)."""
+    out = {f"{a}/{b}": best[a] / best[b] for a in SUBJECTS if a in best
+           for b in peers if b in best and b not in SUBJECTS}
+    rival = best_peer(best, peers)
+    if rival is not None:
+        out.update({f"{a}/best peer": best[a] / best[rival] for a in SUBJECTS if a in best})
+    return out
+
+
+def best_peer(best: dict[str, float], peers: list[str]) -> str | None:
+    """The fastest of ``peers`` timed in a row (``best``: name -> best seconds),
+    leaving out the subjects and the GEMM floor; None when none ran."""
+    rivals = [p for p in peers if p in best and p not in NOT_RIVALS]
+    return min(rivals, key=best.__getitem__) if rivals else None
 
 
 def flags(case: str, device: str, stats: dict[str, dict]) -> list[str]:
@@ -64,7 +87,8 @@ def print_intro(info: dict, args: argparse.Namespace, in_process: bool) -> None:
     print(f"numbagrad micro-step benchmark on {info['cpu']}, {info['usable_cores']} of "
           f"{info['cores']} cores, numbagrad's BLAS {blas_summary(info)}")
     print("numbagrad {numbagrad} | numpy {numpy} | numba {numba} | scipy {scipy} | "
-          "torch {torch} | jax {jax} | optax {optax}".format(
+          "torch {torch} | jax {jax} | optax {optax} | tinygrad {tinygrad} | "
+          "autograd {autograd} | mygrad {mygrad}".format(
               **{k: v.get(k) or "not installed" for k in v})
           + f" | device {args.device} | {args.repeats} rounds of >= {args.min_time * 1e3:g} ms"
           + (f" | threads limited to {args.threads}" if args.threads else ""))
@@ -97,9 +121,17 @@ def columns(peers: list[str]) -> list[tuple[str, str, int]]:
     cols += [(n if n != "numbagrad compiled" else "ng compiled", "best/med µs", 13)
              for n in peers]
     cols += [(f"{SHORT[a]}/", SHORT[b], 7) for a in SUBJECTS if a in peers
-             for b in peers if b not in SUBJECTS]
+             for b in ratio_peers(peers)]
+    cols += [(f"{SHORT[a]}/", "best", 7) for a in SUBJECTS if a in peers]
+    cols += [("best", "peer", 8)]
     cols += [("spread", "IQR/med", 7), ("ng B", "/step", 7), ("np B", "/step", 8), ("", "", 1)]
     return cols
+
+
+def ratio_peers(peers: list[str]) -> list[str]:
+    """The peers with a ratio column of their own: tinygrad, autograd and mygrad
+    show in the best-peer columns (and in ``--json``'s ratios) only."""
+    return [b for b in peers if b not in SUBJECTS and b not in EXTRA_PEERS]
 
 
 def table_cells(row: dict, peers: list[str]) -> list[str]:
@@ -108,7 +140,9 @@ def table_cells(row: dict, peers: list[str]) -> list[str]:
         s = row.get(n)
         cells.append("n/a" if s is None else f"{fmt_us(s['best_s'])}/{fmt_us(s['median_s'])}")
     cells += [fmt_ratio(row["ratios"].get(f"{a}/{b}")) for a in SUBJECTS if a in peers
-              for b in peers if b not in SUBJECTS]
+              for b in ratio_peers(peers)]
+    cells += [fmt_ratio(row["ratios"].get(f"{a}/best peer")) for a in SUBJECTS if a in peers]
+    cells.append(SHORT.get(row.get("best_peer"), "n/a"))
     spreads = [row[n]["spread"] for n in peers if row.get(n)]
     cells.append(f"{100 * max(spreads):.0f}%" if spreads else "n/a")
     cells += [str(row.get("numbagrad_bytes", "n/a")), str(row.get("numpy_bytes", "n/a")),
@@ -131,7 +165,8 @@ def legend(args, peers: list[str]) -> list[tuple[str, str]]:
         ("best/med µs", (f"µs per micro-step: the best and the median of {args.repeats} rounds;"
                          f" a row's peers run interleaved so load bursts hit them all")),
         ("processes", ("each peer group (numbagrad, NumPy + floor, PyTorch, PyTorch compiled, "
-                       "JAX) runs in a process of its own with its library's defaults, one "
+                       "JAX, tinygrad, autograd, mygrad) runs in a process of its own with "
+                       "its library's defaults, one "
                        "process timing at a time" if not args.in_process else
                        "--in-process: every peer in one process (the libraries then change "
                        "each other's threads and speed)")),
@@ -140,6 +175,8 @@ def legend(args, peers: list[str]) -> list[tuple[str, str]]:
     items += [
         ("ng/X", ("numbagrad's best time / X's best time, same rounds: below 1.00x numbagrad "
                   "is faster; ng/floor near 1.00x is the best possible")),
+        ("ng/best, best peer", ("numbagrad's best time / the fastest rival's of the row "
+                                "(every peer but numbagrad and the floor), and which it was")),
         ("spread", (f"the widest interquartile range / median among the row's peers "
                     f"(timing noise); over {100 * SPREAD_LIMIT:.0f}% marks the row")),
         ("ng B, np B", ("bytes numbagrad / the NumPy loop allocate in one steady-state "
@@ -211,7 +248,8 @@ TARGETS = [
     ("lstm, compiled", "lstm", "numbagrad compiled", "torch", 0.8),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
-             "floor": "GEMM floor"}
+             "floor": "GEMM floor", "torch compiled": "torch.compile",
+             "tinygrad": "tinygrad", "autograd": "autograd", "mygrad": "mygrad"}
 
 
 def verdict(rows: list[dict], peers: list[str]) -> list[dict]:
@@ -262,6 +300,32 @@ def print_verdict(entries: list[dict]) -> None:
     print(f"  {met} of {len(measured)} measured targets met"
           + (f"; {len(entries) - len(measured)} not measured" if len(measured) < len(entries)
              else ""))
+
+def best_peer_verdict(rows: list[dict]) -> list[dict]:
+    """Per row: the fastest rival (``best_peer``), its best time, and each
+    subject's ratio to it (None where the subject did not run)."""
+    out = []
+    for r in rows:
+        name = r.get("best_peer")
+        if name is None:
+            continue
+        out.append({"case": r["case"], "dtype": r["dtype"], "optimizer": r["optimizer"],
+                    "best_peer": name, "best_peer_s": r[name]["best_s"],
+                    "noisy": bool(r["flags"]),
+                    **{a: r["ratios"].get(f"{a}/best peer") for a in SUBJECTS}})
+    return out
+
+
+def print_best_peer_verdict(entries: list[dict]) -> None:
+    print("\nng / best peer: numbagrad against the fastest rival of each row (below 1.00x "
+          "numbagrad is faster)")
+    for e in entries:
+        what = f"{e['case']} {e['dtype']} {e['optimizer']}"
+        best = f"{PEER_NAME.get(e['best_peer'], e['best_peer'])} {fmt_us(e['best_peer_s'])} µs"
+        print(f"  {what:<28} best peer {best:<28} ng {fmt_ratio(e['numbagrad']):>7}  "
+              f"ng compiled {fmt_ratio(e['numbagrad compiled']):>7}"
+              + ("  (noisy)" if e["noisy"] else ""))
+
 
 def noise_warning(rows: list[dict], args: argparse.Namespace) -> str | None:
     """The closing warning when some rows are marked noisy (None when none

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 from bench_cases import CASES
-from bench_peers import GROUPS, calibrate, run_calls, transient_bytes
+from bench_peers import GROUPS, calibrate, peak_memory, run_calls, transient_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETTLE_S = 0.005    # pause between two samples: the last process's spinning threads sleep
@@ -59,6 +59,9 @@ class Local:
 
     def bytes(self) -> int:
         return transient_bytes(self.fn)
+
+    def memory(self) -> dict[str, int | None]:
+        return peak_memory(self.fn)
 
 
 class WorkerError(RuntimeError):
@@ -121,6 +124,9 @@ class Remote:
 
     def bytes(self) -> int:
         return self.worker.call("bytes", name=self.name)
+
+    def memory(self) -> dict[str, int | None]:
+        return self.worker.call("memory", name=self.name)
 
 
 def interleaved(peers: dict, repeats: int, min_time: float,

@@ -25,7 +25,9 @@ def test_bench_reports_every_system_ratio_legend_and_verdict(tmp_path, device, c
     if device == "cuda" and not ng.cuda_available():
         pytest.skip("CUDA unusable here")
     out = tmp_path / "bench.json"
-    bench.main(QUICK + ["--device", device, "--json", str(out)])
+    # the CPU run also starts the optional peers' processes (tinygrad, autograd, mygrad)
+    extra = [] if device == "cpu" else ["--no-extra-peers"]
+    bench.main(QUICK + ["--device", device, "--json", str(out)] + extra)
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert [(r["case"], r["optimizer"]) for r in rows] == [("tiny", "sgd"), ("tiny", "adam")]
@@ -44,6 +46,11 @@ def test_bench_reports_every_system_ratio_legend_and_verdict(tmp_path, device, c
     assert result["machine"]["cores"] >= 1 and result["machine"]["versions"]["numpy"]
     if device == "cpu":
         assert rows[0]["floor"]["best_s"] > 0 and "numbagrad_bytes" in rows[0]
+        for name in set(bench.EXTRA_PEERS) & set(result["peers"]):
+            # timed, or (tinygrad without clang) the row says why not
+            assert rows[0][name] or name in rows[0].get("errors", {}), name
+    assert all(r["best_peer"] not in ("numbagrad", "numbagrad compiled", "floor")
+               for r in rows) and "ng / best peer" in printed
 
 
 PARENT = """
@@ -204,7 +211,7 @@ def test_blas_threads_stalling_mark_the_row(monkeypatch, capsys):
 def test_bench_writes_a_plot(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "bench.png"
-    bench.main(QUICK + ["--optimizers", "sgd", "--plot", str(out)])
+    bench.main(QUICK + ["--optimizers", "sgd", "--no-extra-peers", "--plot", str(out)])
     assert out.stat().st_size > 10_000
 
 
@@ -402,7 +409,8 @@ def test_bench_gpt_case_runs_and_reports_its_verdict(monkeypatch, capsys):
     assert bench.CASES["gpt"]["n_embd"] == 128 and "gpt" not in bench.QUICK_CASES
     monkeypatch.setitem(bench.CASES, "gpt", TINY_GPT)
     args = bench.parse(["--cases", "gpt", "--repeats", "1", "--min-time", "0", "--in-process"])
-    peers = [p for p in bench.available_peers(torch_compile=False) if p != "numpy"]
+    peers = [p for p in bench.available_peers(torch_compile=False)
+             if p not in ("numpy", *bench.EXTRA_PEERS)]      # those run linear and MLP cases
     row = bench.measure_row("gpt", *bench.MLP_ROW, args, peers + ["numpy"])
     assert (row["case"], row["dtype"], row["optimizer"]) == ("gpt", *bench.MLP_ROW)
     for name in peers:
@@ -476,7 +484,8 @@ def test_bench_lstm_case_runs_and_reports_its_verdict(monkeypatch, capsys):
     assert bench.CASES["lstm"]["hidden"] == 128 and "lstm" not in bench.QUICK_CASES
     monkeypatch.setitem(bench.CASES, "lstm", TINY_LSTM)
     args = bench.parse(["--cases", "lstm", "--repeats", "1", "--min-time", "0", "--in-process"])
-    peers = [p for p in bench.available_peers(torch_compile=False) if p != "numpy"]
+    peers = [p for p in bench.available_peers(torch_compile=False)
+             if p not in ("numpy", *bench.EXTRA_PEERS)]      # those run linear and MLP cases
     row = bench.measure_row("lstm", *bench.MLP_ROW, args, peers + ["numpy"])
     assert (row["case"], row["dtype"], row["optimizer"]) == ("lstm", *bench.MLP_ROW)
     for name in peers:
