@@ -85,21 +85,43 @@ def place_nd(x, out, start, step, fill, beta, whole):
             for i in range(shape[d]):
                 on[ends[d] - shape[d] + i] = _on_axis(i, start[d], step[d], x.shape[d])
         last, lo = shape[-1], ends[-1] - shape[-1]
+        full_last = True     # every index of the last dim on the lattice
+        for j in range(last):
+            if not on[lo + j]:
+                full_last = False
         row = 0
         for idx in np.ndindex(shape[:-1]):
             whole_row = False
             for d in range(out.ndim - 1):
                 if not on[ends[d] - shape[d] + idx[d]]:
                     whole_row = True
-            for j in range(last):
-                if whole_row or not on[lo + j]:
+            if whole_row:    # (a loop of its own: it vectorises)
+                for j in range(last):
                     flat[row + j] = f if b == 0 else f + b * flat[row + j]
+            elif not full_last:
+                for j in range(last):
+                    if not on[lo + j]:
+                        flat[row + j] = f if b == 0 else f + b * flat[row + j]
             row += last
-    for idx in np.ndindex(x.shape):
+    if x.ndim == 1:
+        _place_row(x, flat, start[0], step[0], b)
+        return
+    for idx in np.ndindex(x.shape[:-1]):   # a row of the last dim at a time
         k = 0
-        for d in range(x.ndim):
+        for d in range(x.ndim - 1):
             k = k * shape[d] + start[d] + step[d] * idx[d]
-        flat[k] = x[idx] if b == 0 else x[idx] + b * flat[k]
+        _place_row(x[idx], flat, k * shape[-1] + start[-1], step[-1], b)
+
+
+@njit(error_model="numpy", inline="always")
+def _place_row(row, flat, k, step, b):
+    """flat[k + step * j] = row[j] + b * flat[...] (b == 0 never reads flat)."""
+    if b == 0:
+        for j in range(row.size):
+            flat[k + step * j] = row[j]
+    else:
+        for j in range(row.size):
+            flat[k + step * j] = row[j] + b * flat[k + step * j]
 
 
 @njit(error_model="numpy", inline="always")
