@@ -1,4 +1,7 @@
 """Half precision (ops/half.py): float16 and bfloat16 tensors against PyTorch's."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -99,6 +102,35 @@ def test_matmul_and_linear_accumulate_in_float32(dtype, tdt):
     assert stack.dtype == dtype and stack.shape == (3, 2, 1, 3)
     _close(stack.numpy(), _t(a.reshape(3, 1, 1, 512)) @ torch.ones(2, 512, 3, dtype=tdt), tdt,
            1)
+
+
+def test_a_bfloat16_forward_matches_torch_autocast():
+    # torch.autocast(bfloat16) on the CPU: float32 weights, linear layers fed
+    # bfloat16 (their outputs bfloat16), the loss in float32; here the same casts
+    # written out: values and the float32 weights' gradients
+    rng = np.random.default_rng(3)
+    x0 = rng.normal(size=(8, 16)).astype(np.float32)
+    w1, w2 = (rng.normal(size=s).astype(np.float32) * 0.3 for s in ((32, 16), (4, 32)))
+    tw1, tw2 = (torch.tensor(w, requires_grad=True) for w in (w1, w2))
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        th = torch.nn.functional.linear(torch.tensor(x0), tw1).relu()
+        tout = torch.nn.functional.linear(th, tw2)
+    assert tout.dtype == torch.bfloat16
+    (tout.float() ** 2).mean().backward()
+    W1, W2 = ng.param(w1), ng.param(w2)
+    bf = ng.bfloat16
+    with ng.grad_tape():
+        x = ng.tensor(x0).to(bf)
+        h = ng.relu(ng.linear(x, W1.to(bf)))
+        out = ng.linear(h, W2.to(bf))
+        loss = (out.float() ** 2).mean()
+    loss.backward()
+    assert out.dtype == bf
+    _close(out.numpy(), tout, torch.bfloat16, ulps=2)
+    for got, want in ((W1.grad, tw1.grad), (W2.grad, tw2.grad)):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want.numpy(), rtol=0.05, atol=0.02 * np.abs(
+            want.numpy()).max())
 
 
 @pytest.mark.parametrize("dtype, tdt", HALVES)
@@ -348,6 +380,16 @@ def test_ops_outside_the_table_refuse_halves_clearly():
     twice = ng.elementwise(_twice)
     with pytest.raises(TypeError, match="got float16 data"):
         twice(x)
+    # an op fetched before the first half tensor existed: the error says so
+    code = ("import numpy as np, numbagrad as ng\n"
+            "try:\n"
+            "    ng.linear(ng.tensor(np.ones((2, 3), np.float32)).to(ng.float16),\n"
+            "              ng.tensor(np.ones((4, 3), np.float16)))\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert "a reference to an op taken before then" in out.stdout, out.stdout + out.stderr
 
 
 def _twice(a):

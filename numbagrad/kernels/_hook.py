@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, Protocol
 
+from numba.core.errors import TypingError
+
 from . import _registry
 
 
@@ -89,7 +91,7 @@ def call(kern: ModuleType, name: str, size: int, *args: Any) -> Any:
         _observer.kernel(fn, kern.KERNELS[name][threaded][1], args)
     try:
         return fn(*args)
-    except NotImplementedError as exc:
+    except (NotImplementedError, TypingError) as exc:
         raise _no_half_kernel(name, args) or exc
 
 
@@ -103,7 +105,7 @@ def call_fn(fn: Callable, name: str, *args: Any) -> Any:
         _observer.kernel(fn, name, args)
     try:
         return fn(*args)
-    except NotImplementedError as exc:
+    except (NotImplementedError, TypingError) as exc:
         raise _no_half_kernel(name, args) or exc
 
 
@@ -115,9 +117,13 @@ def _no_half_kernel(name: str, args: tuple) -> TypeError | None:
               and a.dtype.itemsize == 2 and a.dtype.kind in "fV"]
     if not halves:
         return None
-    return TypeError(f"{name}: got {halves[0]} data, which this op or layer does not take "
-                     f"(half precision runs through the op table's ops only); compute it "
-                     f"in float32, e.g. x.float() and a float32 layer")
+    return TypeError(f"{name}: got {halves[0]} data, which this kernel does not take. Half "
+                     f"tensors compute through the op table's ops (ng.<op>, Tensor methods, "
+                     f"ng.nn), which are swapped for half-aware ones when the first half "
+                     f"tensor is made: a reference to an op taken before then (from numbagrad "
+                     f"import linear; ng.linear(x.to(ng.bfloat16), ...) with that .to making "
+                     f"the first half tensor) still reaches the float-only op. Other ops and "
+                     f"layers do not take halves: compute them in float32 (x.float())")
 
 
 def _unknown(kern: ModuleType, name: str) -> str:
