@@ -525,6 +525,6 @@ def test_bench_lstm_peers_compute_the_same_update(monkeypatch):
     for name, step in steps.items():
         for got, w in zip(step.weights(), want, strict=True):
             np.testing.assert_allclose(got, w, rtol=1e-9, atol=1e-12, err_msg=name)
-    # per layer 2 (3 above the first) projection GEMMs and 3 per step after the first,
-    # then the head's 3
-    assert len(bench.floor_gemms("lstm", np.float32)) == 2 + 3 + 2 * 3 * 2 + 3
+    # per layer 2 (3 above the first) projection GEMMs, 2 per step after the first and
+    # dW_hh's one over those steps, then the head's 3
+    assert len(bench.floor_gemms("lstm", np.float32)) == 2 + 3 + 2 * (2 * 2 + 1) + 3

@@ -18,7 +18,7 @@ _f32_to_bf16 = cuda.jit(device=True)(f32_to_bf16_bits)
 _U16, _U32 = array_type(uint16, 1), array_type(uint32, 1)
 
 
-@kernel("half_to_float", lambda dt: (_U16, _U32, int64), dtypes=())
+@kernel("half_to_float", lambda dt: (_U16, _U32, int64), dtypes=(uint32,))
 def _half_to_float_source(config: Config, dtype):
     def half_to_float_kernel(s, o, kind):
         k = cuda.grid(1)
@@ -30,7 +30,7 @@ def _half_to_float_source(config: Config, dtype):
     return half_to_float_kernel
 
 
-@kernel("float_to_half", lambda dt: (_U32, _U16, int64), dtypes=())
+@kernel("float_to_half", lambda dt: (_U32, _U16, int64), dtypes=(uint16,))
 def _float_to_half_source(config: Config, dtype):
     def float_to_half_kernel(s, o, kind):
         k = cuda.grid(1)
