@@ -20,7 +20,7 @@ import numpy as np
 from . import buffers, kernels
 from . import random as _random
 from .ops._common import contiguous_array
-from .tape import Node, _Backward
+from .tape import Node, _Backward, _reverse_order_general
 from .tensor import Tensor, _ids
 
 
@@ -32,24 +32,7 @@ def next_id() -> int:
 def order_within(root: Node, start: int) -> list[Node]:
     """The nodes reachable from ``root`` without crossing a tensor made before
     ``start`` (``next_id``), each after every node that uses it."""
-    order: list[Node] = []
-    visited: set[Node] = set()
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if node in visited:
-            continue
-        visited.add(node)
-        stack.append((node, True))
-        for t in node.inputs:
-            parent = t._node
-            if parent is not None and t.id >= start and parent not in visited:
-                stack.append((parent, False))
-    order.reverse()
-    return order
+    return _reverse_order_general(root, start)
 
 
 def boundary(order: list[Node], start: int) -> list[Tensor]:

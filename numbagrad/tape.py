@@ -237,10 +237,11 @@ def _already_run() -> None:
                        "(running it twice would count its gradients twice)")
 
 
-def _reverse_order_general(root: Node) -> list[Node]:
+def _reverse_order_general(root: Node, start: int = 0) -> list[Node]:
     # Iterative depth-first post-order: a node is emitted once every node it
     # reads from has been, and marked visited when expanded, not when pushed
     # (marking at push time emits a node shared by two paths too early).
+    # ``start``: tensors with a smaller id (made before it) are not crossed.
     order: list[Node] = []
     visited: set[Node] = set()
     stack = [(root, False)]
@@ -255,7 +256,7 @@ def _reverse_order_general(root: Node) -> list[Node]:
         stack.append((node, True))
         for t in node.inputs:
             parent = t._node
-            if parent is not None and parent not in visited:
+            if parent is not None and t.id >= start and parent not in visited:
                 stack.append((parent, False))
     order.reverse()
     return order
