@@ -30,7 +30,7 @@ import numpy as np
 from .. import _dtypes, buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import result
+from ._common import ones, result
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _U16, _U32 = np.dtype(np.uint16), np.dtype(np.uint32)
@@ -109,20 +109,16 @@ def to_float(x: Tensor, want: np.dtype = _F32) -> Tensor:
         wide = buffers.take(kern, out.shape, want)
         kernels.call(kern, "astype", wide.size, out, wide, 0.0)
         out = wide
-    return result(out, kern, (x,), _to_float_backward)
+    return result(out, kern, (x,), _cast_backward)
 
 
-def _to_float_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+def _cast_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    """Either cast's backward: the gradient added into the input's in the
+    input's format (a half rounded, a float32 or float64 one widened; an
+    accumulator kept in float32, the optimizers' master weights, stays so)."""
     (x,) = node.inputs
-    kern = x._kern
     dest, beta = ctx.dest(x)
-    if gout is None:
-        gout = buffers.take(kern, x.shape, _F32)
-        kernels.call(kern, "fill", 0, gout, 1.0)
-    if dest.dtype in HALVES:
-        narrow(kern, gout, dest, beta)
-    else:   # (an accumulator kept in float32: the optimizers' master weights)
-        _write_float(kern, _float32(kern, gout), dest, beta)
+    add_into(x._kern, ones(x._kern, x.shape, _F32) if gout is None else gout, beta, dest)
 
 
 def to_half(x: Tensor, want: np.dtype) -> Tensor:
@@ -132,19 +128,7 @@ def to_half(x: Tensor, want: np.dtype) -> Tensor:
     kern = x._kern
     out = buffers.take(kern, x.shape, want)
     narrow(kern, x._data, out)
-    return result(out, kern, (x,), _to_half_backward)
-
-
-def _to_half_backward(ctx: _Backward, node: Node, gout: Any) -> None:
-    (x,) = node.inputs
-    kern = x._kern
-    dest, beta = ctx.dest(x)
-    if gout is None:
-        g = buffers.take(kern, x.shape, _F32)
-        kernels.call(kern, "fill", 0, g, 1.0)
-    else:
-        g = widen(kern, gout)
-    _write_float(kern, g, dest, beta)
+    return result(out, kern, (x,), _cast_backward)
 
 
 def cast(x: Tensor, want: np.dtype, copy: bool = False) -> Tensor:
