@@ -62,13 +62,15 @@ class CompiledStep:
     ``record_s``, and for "njit" ``codegen_s``, ``jit_s``, ``cache`` ("hit":
     loaded from Numba's cache, "miss": compiled, "loaded": already in this
     process, as for a graph's second batch size), the generated ``module``
-    and ``fused_update``: whether the optimizer's update runs inside it),
+    and ``fused_update``: whether the optimizer's update runs inside it, and
+    ``fused``: each fused elementwise loop's kernel calls by name),
     ``signatures`` (the cached ones, oldest first).
     """
 
     def __init__(self, fn: Callable, optimizer: Any = None, *, verify: bool = True,
                  cache_dir: str | None = None, max_signatures: int = MAX_SIGNATURES,
-                 fuse_update: bool = True, backward: bool | None = None) -> None:
+                 fuse_update: bool = True, backward: bool | None = None,
+                 fuse_elementwise: bool = True) -> None:
         if not callable(fn):
             raise TypeError(f"ng.compile needs a callable, got {type(fn).__name__}")
         if optimizer is not None and not callable(getattr(optimizer, "step", None)):
@@ -86,6 +88,7 @@ class CompiledStep:
         self._window = _window_of(optimizer)
         self.verify = bool(verify)
         self.fuse = bool(fuse_update)
+        self.fuse_elementwise = bool(fuse_elementwise)
         self.cache_dir = cache_dir
         self.max_signatures = max(1, int(max_signatures))
         self.stats: list[dict[str, Any]] = []
@@ -296,7 +299,7 @@ class CompiledStep:
                                   f"compiled step ({_reason(exc)})", RuntimeWarning,
                                   stacklevel=4)
                     fused = None
-        gen = _Codegen(prog, fused)
+        gen = _Codegen(prog, fused, self.fuse_elementwise)
         source = gen.source()
         module, path = _load_module(source, cache_dir(self.cache_dir))
         fn = module.step
@@ -321,7 +324,8 @@ class CompiledStep:
         cache = ("loaded" if loaded else
                  "hit" if sum(fn.stats.cache_hits.values()) > hits else "miss")
         stat.update(codegen_s=t1 - t0, jit_s=time.perf_counter() - t1, cache=cache,
-                    module=path, fused_update=fused is not None)
+                    module=path, fused_update=fused is not None,
+                    fused=gen.plan.fused(prog))
         # Tensors' arrays are numbagrad's own (aligned, and checked against the
         # signature by the runner), so those calls may skip Numba's dispatch
         direct = None
@@ -380,7 +384,7 @@ def _reason(exc: Exception) -> str:
 
 def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
             cache_dir: str | None = None, fuse_update: bool = True,
-            backward: bool | None = None) -> CompiledStep:
+            backward: bool | None = None, fuse_elementwise: bool = True) -> CompiledStep:
     """Record ``fn``'s training step (or inference) once per signature and replay it compiled.
 
     ``step = ng.compile(fn)``; ``loss = step(*args)`` does what
@@ -441,7 +445,14 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     labels are checked by their kernels, which raise after their launch.
 
     **Results** are bit-identical to eager execution on the CPU: the same
-    compiled kernels, called with the same arguments in the same order.
+    compiled kernels, called with the same arguments in the same order,
+    except that a chain of elementwise kernels (a bias add and its
+    activation, a residual add, their gradients; ``compile.fusion``) runs
+    as one generated loop over the elements, which computes each with the
+    kernels' own scalar functions and expressions, rounding every link's
+    value to its dtype as the kernel's store does: the same bits, in one
+    pass over memory, and no buffer for a temporary only the chain reads.
+    ``fuse_elementwise=False`` calls every kernel as recorded.
 
     **Cache.** The generated module is written to ``cache_dir`` (default
     ``$NUMBAGRAD_CACHE_DIR`` or ``~/.cache/numbagrad``, subfolder
@@ -484,4 +495,5 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     recording holds a global lock.
     """
     return CompiledStep(fn, optimizer, verify=verify, cache_dir=cache_dir,
-                        fuse_update=fuse_update, backward=backward)
+                        fuse_update=fuse_update, backward=backward,
+                        fuse_elementwise=fuse_elementwise)

@@ -21,6 +21,7 @@ from numba import types as _nbtypes
 
 from ..kernels.cpu import _threads
 from ..optim.fused import FusedUpdate
+from . import fusion
 from .analysis import _Program, _Ref
 from .geometry import _address, _c_contiguous, _c_strides, _owner, _shape, _strides
 from .geometry import _Unsupported
@@ -64,9 +65,15 @@ class _Codegen:
     is ``_array(m, k, spec)``: its address, shape and strides are ``meta``
     entries. A view of an argument is built from the array passed in."""
 
-    def __init__(self, prog: _Program, boundary: FusedUpdate | None = None) -> None:
+    def __init__(self, prog: _Program, boundary: FusedUpdate | None = None,
+                 fuse: bool = True) -> None:
         self.prog = prog
         self.boundary = boundary
+        # the elementwise chains run as fused loops (``fusion``), or every call as recorded
+        self.plan = fusion.plan(prog) if fuse else fusion.FusionPlan(
+            [("call", k, None) for k in range(len(prog.calls))])
+        self.functions: list[str] = []      # the fused loops' @njit functions
+        self.scalars: dict[str, tuple] = {}  # the scalar functions they call
         self.opt_roots: list[np.ndarray] = []   # kind "opt": the optimizer's buffers
         self.meta: list[int] = []
         self.fmeta: list[float] = []   # the kernels' float arguments (``f``)
@@ -86,6 +93,8 @@ class _Codegen:
     def plan_arenas(self) -> None:
         sizes: dict[str, int] = {}
         for k, t in enumerate(self.prog.temps):
+            if k in self.plan.dropped:    # its values stay in a fused loop's registers
+                continue
             dt = np.dtype(t.dtype)
             at = sizes.get(dt.str, 0)
             step = max(1, _ALIGN // dt.itemsize)
@@ -239,6 +248,25 @@ class _Codegen:
         return [f"    if {ctl}[0] != 0.0:",
                 f"        _call({addr}, ({parts},), {expect!r})   # the optimizer's update"]
 
+    def chain(self, chain: fusion.Chain) -> str:
+        """The call of one fused loop (its function goes to ``functions``)."""
+        name = f"_fused{len(self.functions)}"
+        text, views, scalars = fusion.source(chain, name, self.scalars)
+        self.functions.append(text)
+        rows, cols = (self.slot(n) for n in chain.frame)
+        args = [rows, cols, *(self.view(v) for v in views), *(self.arg(v) for v in scalars)]
+        calls = " ".join(self.prog.calls[link.call][1] for link in chain.links)
+        return f"    {name}({', '.join(args)})   # fused: {calls}"
+
+    def fused_header(self) -> list[str]:
+        """The fused loops' imports and functions (none: the header of old)."""
+        if not self.functions:
+            return []
+        return ["from numbagrad.compile.fusion import scalar",
+                f"# the kernels' sources: {fusion.fingerprint()}", "",
+                *(f"{name} = scalar{args!r}" for name, args in sorted(self.scalars.items())),
+                "", "", *self.functions]
+
     def source(self) -> str:
         prog = self.prog
         self.plan_arenas()
@@ -255,12 +283,18 @@ class _Codegen:
                        "            raise ValueError('ng.compile: an index or label is out of "
                        "range')"]
         body = []
-        for (fn, name, rargs, _), (cargs, kwargs) in zip(prog.calls, prog.originals):
+        for step in self.plan.steps:
+            if step[0] == "chain":
+                body.append(self.chain(step[1]))
+                continue
+            _, k, args = step
+            fn, name, rargs, _ = prog.calls[k]
+            cargs, kwargs = prog.originals[k]
             addr, expect = self.kernel(fn, cargs, kwargs)
             serial = self.serial_twin(name, cargs)
             if serial is not None:   # the thread governor's choice, read each call
                 addr = f"{addr} if {self.governor_flag()}[0] != 0 else {serial}"
-            parts = [self.arg(a) for a in rargs]
+            parts = [self.arg(a) for a in args or rargs]
             body.append(f"    _call({addr}, ({', '.join(parts)},), {expect!r})   # {name}")
         if self.boundary is not None:
             body += self.boundary_call()
@@ -280,6 +314,7 @@ class _Codegen:
                  "import numpy as np",
                  "from numba import njit",
                  "from numbagrad.compile import _array, _call",
+                 *self.fused_header(),
                  "",
                  "",
                  "@njit(cache=True)",

@@ -99,6 +99,7 @@ class _NjitEntry(_Entry):
         super().__init__(prog, args, key, owner)
         self.fn = fn
         self.fused = gen.boundary
+        self.plan = gen.plan          # the fused elementwise loops (compile.fusion)
         self.meta = np.array(gen.meta, np.int64)
         self.fmeta = np.array(gen.fmeta, np.float64)
         self.keep = gen.keep

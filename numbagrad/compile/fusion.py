@@ -1,0 +1,531 @@
+"""Fusion: chains of elementwise kernel calls in a recording, planned as one loop each.
+
+A chain is a run of the CPU elementwise kernels (``unary``,
+``unary_backward``, ``binary``, the full-shape destinations of
+``binary_backward``, ``axpby``) over one shape, all of one float dtype,
+whose operands are the same C-contiguous elements (or a row, column or
+scalar broadcast to them). Other calls between two links move ahead of the
+chain when they touch none of its arrays (their arrays, byte ranges of the
+same buffer, are compared; what a kernel does with an array is not known, so
+any overlap stops the move). ``codegen`` turns each chain into one generated
+``@njit`` loop that computes every element of every link in recording order
+with the kernels' own scalar functions and expressions, each link's value
+rounded to its array's dtype as the store would (so the bits are the
+unfused step's: no fastmath flag, nothing to contract), and keeps a value
+in a register where a later link reads it. A step temporary that only the
+chain reads and that the chain wholly overwrites is never stored: it needs
+no arena slot. A ``binary_backward`` whose other destination is summed over
+a broadcast dimension (a bias's gradient) keeps that half as its kernel
+call, with the fused half's ``need`` flag off, run right after the chain.
+
+Threaded twins (``*_mt``) are not fused: above the threads' threshold the
+twin's split beats one serial pass.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .analysis import _Program, _Ref
+from .geometry import _c_contiguous, _c_strides
+
+# the kernels a chain may hold: name -> the positions of (arrays read, arrays
+# written, the scalars cast like the destination) in the call's arguments
+KINDS = ("unary", "unary_backward", "binary", "binary_backward", "axpby")
+_MODULE = "numbagrad.kernels.cpu.elementwise"
+
+
+def fingerprint() -> str:
+    """A hash of the sources a fused loop's machine code comes from, written into
+    generated modules that fuse: Numba's cache of such a module is keyed by its
+    own file only, so a change to these must change the module's name."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        from ..kernels import bodies, codes
+        from ..kernels.cpu import _threads, elementwise, vmath
+        h = hashlib.sha256()
+        for mod in (bodies, codes, _threads, elementwise, vmath):
+            with open(mod.__file__, "rb") as fh:
+                h.update(fh.read())
+        with open(os.path.abspath(__file__), "rb") as fh:
+            h.update(fh.read())
+        _FINGERPRINT = h.hexdigest()[:20]
+    return _FINGERPRINT
+
+
+_FINGERPRINT: str | None = None
+_FORMS = {"unary": 0, "unary_grad": 1}
+
+
+def scalar(kind: str, code: int, dtype: str) -> Any:
+    """The compiled scalar function the elementwise kernels' loops reach for
+    ``kind`` ("unary", "unary_grad", "binary", "binary_grad_a" or
+    "binary_grad_b") and ``code`` on ``dtype``'s elements: the branch their
+    ladder folds to with the code constant (a float32 fast form for the codes
+    that have one, ``kernels/cpu/vmath.py``). Generated loops call it
+    directly, so they do not compile the whole ladder."""
+    from ..kernels import codes
+    from ..kernels.cpu import vmath
+    if kind in _FORMS and dtype == "<f4" and code in codes.FAST32:
+        return vmath._fast_forms()[code][_FORMS[kind]]
+    return vmath.EXACT[kind].py_func.__globals__[f"_{kind}_{code}"]
+
+
+@dataclass
+class _Operand:
+    """One array a link reads or writes: ``full`` (the chain's elements, read
+    through a C-contiguous (rows, cols) view) or broadcast (a (1, cols),
+    (rows, 1) or (1, 1) view, read only)."""
+
+    ref: _Ref
+    full: bool
+    key: tuple            # equal keys: the same elements (full) or the same view
+
+
+@dataclass
+class _Link:
+    """One fused kernel call: ``kind``, the op ``code`` (None for axpby), its
+    operands by role, its scalar arguments by role, and the binary_backward
+    sides it computes ("a", "b")."""
+
+    call: int
+    kind: str
+    code: int | None
+    ops: dict[str, _Operand]
+    scalars: dict[str, tuple]
+    sides: tuple = ()
+    rest: str | None = None     # binary_backward: the side summed by its own call
+
+
+@dataclass
+class Chain:
+    """A planned fused loop: its links in order, its (rows, cols) frame, the
+    calls kept for a binary_backward's summed half (run after the loop, with
+    their new arguments), and which operands' values are never stored."""
+
+    links: list[_Link] = field(default_factory=list)
+    frame: tuple = (0, 0)
+    broadcast: bool = False
+    residual: list[tuple[int, list]] = field(default_factory=list)
+    access: list[tuple] = field(default_factory=list)   # (ref, key, written, after)
+    unstored: set = field(default_factory=set)          # keys of values kept in registers only
+
+
+@dataclass
+class FusionPlan:
+    """What codegen emits, in order: ("call", index, args) for a recorded call
+    (args: None for its recorded ones) and ("chain", Chain) for a fused loop;
+    ``dropped``: the temps no loop stores (no arena slot)."""
+
+    steps: list[tuple] = field(default_factory=list)
+    chains: list[Chain] = field(default_factory=list)
+    dropped: set = field(default_factory=set)
+
+    def fused(self, prog: _Program) -> list[tuple[str, ...]]:
+        """Each fused loop's kernel calls, by name (``CompiledStep.stats``)."""
+        return [tuple(prog.calls[link.call][1] for link in c.links) for c in self.chains]
+
+
+def _root(r: _Ref, alias: dict[int, int]) -> tuple:
+    return (r.kind, alias.get(r.index, r.index) if r.kind == "in" else r.index)
+
+
+def _span(r: _Ref) -> tuple[int, int]:
+    if any(n == 0 for n in r.shape):
+        return (0, 0)
+    lo = r.off + sum(min(0, (n - 1) * s) for n, s in zip(r.shape, r.strides))
+    hi = r.off + sum(max(0, (n - 1) * s) for n, s in zip(r.shape, r.strides))
+    return (lo, hi + r.dtype.itemsize)
+
+
+class _Planner:
+    def __init__(self, prog: _Program) -> None:
+        self.prog = prog
+        self.alias = {i: j for j, i in prog.alias}
+
+    def overlap(self, r: _Ref, q: _Ref) -> bool:
+        if _root(r, self.alias) != _root(q, self.alias):
+            return False
+        (a, b), (c, d) = _span(r), _span(q)
+        return a < d and c < b
+
+    # ------------------------------------------------------------ one link
+    def full(self, r: _Ref, n: int) -> _Operand | None:
+        if r.dtype.kind != "f" or math.prod(r.shape) != n or \
+                not _c_contiguous(r.shape, r.strides, r.dtype.itemsize):
+            return None
+        if r.kind == "in":
+            root = self.prog.inputs.get(r.index)
+            if root is None or not root.flags.c_contiguous:
+                return None
+        return _Operand(r, True, (_root(r, self.alias), r.off, r.dtype.str))
+
+    def operand(self, r: Any, frame: tuple, dtype: np.dtype, write: bool = False
+                ) -> _Operand | None:
+        if not isinstance(r, _Ref) or r.dtype != dtype:
+            return None
+        if len(r.shape) == 2 and r.shape == frame:
+            return self.full(r, frame[0] * frame[1])
+        if write or len(r.shape) != 2:
+            return None
+        if all(m in (1, f) for m, f in zip(r.shape, frame)):
+            return _Operand(r, False, ("b", _root(r, self.alias), r.desc()))
+        return None
+
+    def link(self, k: int) -> _Link | None:
+        fn, name, rargs, rkw = self.prog.calls[k]
+        if name not in KINDS or getattr(fn, "__module__", None) != _MODULE or rkw:
+            return None
+        s = [a for a in rargs]
+        if name == "axpby":
+            x, y = s[1], s[3]
+            if not (isinstance(x, _Ref) and isinstance(y, _Ref)):
+                return None
+            n = math.prod(y.shape)
+            ox, oy = self.full(x, n), self.full(y, n)
+            if ox is None or oy is None or x.dtype != y.dtype:
+                return None
+            return _Link(k, name, None, {"x": ox, "y": oy},
+                         {"alpha": s[0], "beta": s[2]})
+        code = s[0][1] if isinstance(s[0], tuple) else None
+        if type(code) is not int:
+            return None
+        if name == "unary":
+            out = s[2]
+            frame = getattr(out, "shape", ())
+            if len(frame) != 2:
+                return None
+            ops = {"out": self.operand(out, frame, out.dtype, True),
+                   "x": self.operand(s[1], frame, out.dtype)}
+            scalars = {"p": s[3], "alpha": s[4], "beta": s[5]}
+        elif name == "unary_backward":
+            dest = s[4]
+            frame = getattr(dest, "shape", ())
+            if len(frame) != 2:
+                return None
+            ops = {"dest": self.operand(dest, frame, dest.dtype, True)}
+            for role, r in zip(("x", "y", "gout"), s[1:4]):
+                ops[role] = self.operand(r, frame, dest.dtype, True)  # all full
+            scalars = {"beta": s[5], "p": s[6]}
+        elif name == "binary":
+            out = s[3]
+            frame = getattr(out, "shape", ())
+            if len(frame) != 2:
+                return None
+            ops = {"out": self.operand(out, frame, out.dtype, True),
+                   "a": self.operand(s[1], frame, out.dtype),
+                   "b": self.operand(s[2], frame, out.dtype)}
+            scalars = {}
+        else:
+            return self.backward_link(k, code, s)
+        if any(o is None for o in ops.values()) or len(frame) != 2 or 0 in frame:
+            return None
+        return _Link(k, name, code, ops, scalars)
+
+    def backward_link(self, k: int, code: int, s: list) -> _Link | None:
+        """binary_backward: the sides whose operand has gout's shape (no sum)."""
+        gout = s[3]
+        frame = getattr(gout, "shape", ())
+        if len(frame) != 2 or 0 in frame:
+            return None
+        dtype = gout.dtype
+        ops = {"gout": self.operand(gout, frame, dtype, True),
+               "a": self.operand(s[1], frame, dtype), "b": self.operand(s[2], frame, dtype)}
+        if any(o is None for o in ops.values()):
+            return None
+        sides, rest = [], None
+        for side, d, need in (("a", s[4], s[6]), ("b", s[7], s[9])):
+            if not isinstance(need, tuple) or not bool(need[1]):
+                continue
+            if not ops[side].full:
+                rest = side
+                continue
+            dest = self.operand(d, frame, dtype, True)
+            if dest is None:
+                return None
+            ops["d" + side] = dest
+            sides.append(side)
+        if not sides:
+            return None
+        return _Link(k, "binary_backward", code, ops,
+                     {"beta_a": s[5], "beta_b": s[8]}, tuple(sides), rest)
+
+    # ------------------------------------------------------------ chains
+    @staticmethod
+    def writes(link: _Link) -> set[str]:
+        return {"unary": {"out"}, "binary": {"out"}, "unary_backward": {"dest"},
+                "axpby": {"y"}}.get(link.kind, {"d" + s for s in link.sides})
+
+    def join(self, chain: Chain, link: _Link) -> bool:
+        """Add ``link`` to ``chain`` when its elements map onto the chain's and
+        no array it touches is touched otherwise (another view of it, or the
+        summed half of a binary_backward, which runs after the loop)."""
+        shape = _frame(link)
+        broadcast = any(not o.full for o in link.ops.values())
+        if chain.links and (shape[0] * shape[1] != chain.frame[0] * chain.frame[1] or
+                            broadcast and chain.broadcast and shape != chain.frame):
+            return False
+        writes = self.writes(link)
+        seen = list(chain.access)
+        for role, o in link.ops.items():
+            w = role in writes
+            for q, qkey, qw, after in seen:
+                if (w or qw) and self.overlap(o.ref, q) and (
+                        after or o.key[0] == "b" or o.key != qkey):
+                    return False
+            seen.append((o.ref, o.key, w, False))
+        residual = None
+        if link.rest is not None:    # a binary_backward's summed half: its own call, after
+            rargs = self.prog.calls[link.call][2]
+            args = list(rargs)
+            args[6 if link.rest == "b" else 9] = ("s", False)    # the fused side's need
+            d = rargs[7 if link.rest == "b" else 4]
+            mine = [link.ops["d" + s].ref for s in link.sides]
+            touched = [d, *rargs[1:4]]
+            if not isinstance(d, _Ref) or any(self.overlap(x, m) for x in touched
+                                              for m in mine):
+                return False
+            residual = (link.call, args)
+            seen += [(x, ("r",), False, True) for x in rargs[1:4]] + [(d, ("r",), True, True)]
+        chain.access = seen
+        if not chain.links or broadcast and not chain.broadcast:
+            chain.frame = shape
+        chain.broadcast = chain.broadcast or broadcast
+        chain.links.append(link)
+        if residual is not None:
+            chain.residual.append(residual)
+        return True
+
+    def clear_of(self, chain: Chain, k: int) -> bool:
+        """Whether call ``k`` touches none of ``chain``'s arrays (it may run first)."""
+        arrays = [a for a in self.prog.calls[k][2] if isinstance(a, _Ref)]
+        arrays += [a for a in self.prog.calls[k][3].values() if isinstance(a, _Ref)]
+        return not any(self.overlap(a, q) for a in arrays for q, _, _, _ in chain.access)
+
+
+def _frame(link: _Link) -> tuple:
+    """A link's (rows, cols): its destination's 2-D shape (axpby: one row)."""
+    if link.kind == "axpby":
+        return (1, math.prod(link.ops["y"].ref.shape))
+    r = link.ops.get("out") or link.ops.get("dest") or link.ops["gout"]
+    return r.ref.shape
+
+
+def plan(prog: _Program) -> FusionPlan:
+    """The fused loops of ``prog`` and the order codegen emits everything in."""
+    planner = _Planner(prog)
+    out = FusionPlan()
+    chain, moved = Chain(), []      # the open chain, and the calls moved ahead of it
+
+    def close() -> None:
+        nonlocal chain, moved
+        if len(chain.links) >= 2:
+            out.steps += [("call", k, None) for k in moved]
+            out.steps.append(("chain", chain))
+            out.steps += [("call", k, args) for k, args in chain.residual]
+            out.chains.append(chain)
+        else:   # nothing fused: the recorded order
+            calls = sorted(moved + [link.call for link in chain.links])
+            out.steps += [("call", k, None) for k in calls]
+        chain, moved = Chain(), []
+
+    for k in range(len(prog.calls)):
+        link = planner.link(k)
+        if link is not None:
+            trial = Chain(list(chain.links), chain.frame, chain.broadcast,
+                          list(chain.residual), list(chain.access), set())
+            if planner.join(trial, link):
+                chain = trial
+                continue
+            close()
+            trial = Chain()
+            if planner.join(trial, link):
+                chain = trial
+                continue
+            out.steps.append(("call", k, None))
+            continue
+        if chain.links and planner.clear_of(chain, k):
+            moved.append(k)
+            continue
+        close()
+        out.steps.append(("call", k, None))
+    close()
+    _unstored(prog, out)
+    return out
+
+
+def _unstored(prog: _Program, out: FusionPlan) -> None:
+    """The temps a chain writes afresh before anything reads them, through one
+    view, that no call and no other chain touches and the step does not
+    return: their values stay in registers (no store, no arena slot)."""
+    alias = {i: j for j, i in prog.alias}
+    users: dict[tuple, set] = {}     # root -> the chains touching it (-1: a call)
+    for step in out.steps:
+        if step[0] == "call":
+            _, k, args = step
+            _, _, rargs, rkw = prog.calls[k]
+            for a in list(args or rargs) + list(rkw.values()):
+                if isinstance(a, _Ref):
+                    users.setdefault(_root(a, alias), set()).add(-1)
+    for c, chain in enumerate(out.chains):
+        for r, _, _, after in chain.access:
+            if not after:
+                users.setdefault(_root(r, alias), set()).add(c)
+    kept = {_root(prog.loss, alias)} | {_root(r, alias) for r in prog.outputs or []}
+    for c, chain in enumerate(out.chains):
+        first: dict[tuple, bool] = {}     # root -> whether its first access writes afresh
+        keys: dict[tuple, set] = {}
+        for link in chain.links:
+            fresh = _fresh(link)
+            for role, o in link.ops.items():
+                root = _root(o.ref, alias)
+                first.setdefault(root, fresh.get(role, False))
+                keys.setdefault(root, set()).add(o.key)
+        for root, ok in first.items():
+            if ok and root[0] == "tmp" and users.get(root) == {c} and root not in kept \
+                    and len(keys[root]) == 1:
+                chain.unstored |= keys[root]
+                out.dropped.add(root[1])
+
+
+def _fresh(link: _Link) -> dict[str, bool]:
+    """Which of a link's destinations it writes without reading (beta == 0),
+    and that no operand of the same link reads first."""
+    s = link.scalars
+    def zero(v):
+        return float(v[1]) == 0.0
+    if link.kind == "unary":
+        ok = zero(s["beta"]) and link.ops["x"].key != link.ops["out"].key
+        return {"out": ok}
+    if link.kind == "axpby":
+        return {"y": zero(s["beta"]) and link.ops["x"].key != link.ops["y"].key}
+    if link.kind == "binary":
+        out = link.ops["out"].key
+        return {"out": out not in (link.ops["a"].key, link.ops["b"].key)}
+    if link.kind == "unary_backward":
+        d = link.ops["dest"].key
+        return {"dest": zero(s["beta"]) and d not in
+                (link.ops["x"].key, link.ops["y"].key, link.ops["gout"].key)}
+    reads = {link.ops[r].key for r in ("a", "b", "gout")}
+    return {"d" + side: zero(s["beta_" + side]) and link.ops["d" + side].key not in reads
+            for side in link.sides}
+
+
+# ---------------------------------------------------------------- source
+_DT = {"<f4": "np.float32", "<f8": "np.float64"}
+
+
+def source(chain: Chain, name: str, functions: dict[str, tuple]
+           ) -> tuple[str, list[_Ref], list[tuple]]:
+    """The @njit function of one chain: its source, the views it takes (each a
+    (rows, cols) C view of a full operand or a broadcast view as recorded) and
+    its scalar arguments; it is called as ``name(rows, cols, *views, *scalars)``.
+    ``functions`` gets the scalar functions it calls: name -> ``scalar``'s arguments."""
+    arrays: dict[tuple, int] = {}
+    views: list[_Ref] = []
+    scalars: list[tuple] = []
+    rows, cols = chain.frame
+    body: list[str] = []
+    prologue: list[str] = []
+    regs: dict[tuple, str] = {}
+
+    def fn(kind: str, code: int, dts: str) -> str:
+        """The module-level name of ``scalar(kind, code, dts)`` (in ``functions``)."""
+        name = f"_{kind}_{code}_{dts[1:]}"
+        functions[name] = (kind, code, dts)
+        return name
+
+    def array(o: _Operand) -> int:
+        if o.key not in arrays:
+            arrays[o.key] = len(views)
+            if o.full:
+                r = o.ref
+                views.append(_Ref(r.kind, r.index, r.off, (rows, cols),
+                                  _c_strides((rows, cols), r.dtype.itemsize), r.dtype, "C"))
+            else:
+                views.append(o.ref)
+        return arrays[o.key]
+
+    def load(o: _Operand) -> str:
+        if o.key in regs:
+            return regs[o.key]
+        k = array(o)
+        if o.full:
+            return f"r{k}[j]"
+        return f"r{k}[{'0' if o.ref.shape[1] == 1 else 'j'}]"
+
+    def scalar(v: tuple, dtype: str) -> str:
+        scalars.append(v)
+        var = f"c{len(scalars) - 1}"
+        prologue.append(f"    {var} = {dtype}(s{len(scalars) - 1})")
+        return var
+
+    n = 0
+    for link in chain.links:
+        ops, code = link.ops, link.code
+        dts = next(iter(ops.values())).ref.dtype.str
+        dt = _DT[dts]
+        s = link.scalars
+        stores: list[tuple[_Operand, str]] = []
+        if link.kind == "unary":
+            p, a, b = (scalar(s[x], dt) for x in ("p", "alpha", "beta"))
+            y = f"{a} * {fn('unary', code, dts)}({load(ops['x'])}, {p})"
+            stores.append((ops["out"], _accumulate(y, s["beta"], b, ops["out"], load)))
+        elif link.kind == "unary_backward":
+            b, p = scalar(s["beta"], dt), scalar(s["p"], dt)
+            g = (f"{load(ops['gout'])} * {fn('unary_grad', code, dts)}({load(ops['x'])}, "
+                 f"{load(ops['y'])}, {p})")
+            stores.append((ops["dest"], _accumulate(g, s["beta"], b, ops["dest"], load)))
+        elif link.kind == "binary":
+            stores.append((ops["out"], f"{fn('binary', code, dts)}({load(ops['a'])}, "
+                                       f"{load(ops['b'])})"))
+        elif link.kind == "axpby":
+            a, b = scalar(s["alpha"], dt), scalar(s["beta"], dt)
+            stores.append((ops["y"], _accumulate(f"{a} * {load(ops['x'])}", s["beta"], b,
+                                                 ops["y"], load)))
+        else:
+            for side in link.sides:
+                b = scalar(s["beta_" + side], dt)
+                own, opp = load(ops[side]), load(ops["b" if side == "a" else "a"])
+                dv = (f"{fn('binary_grad_a', code, dts)}({own}, {opp})" if side == "a" else
+                      f"{fn('binary_grad_b', code, dts)}({opp}, {own})")
+                g = f"0.0 + {load(ops['gout'])} * {dv}"
+                stores.append((ops["d" + side], _accumulate(g, s["beta_" + side], b,
+                                                            ops["d" + side], load)))
+        # every value of the link first (its operands read before any store)
+        names = []
+        for o, expr in stores:
+            var = f"w{n}"
+            n += 1
+            body.append(f"            {var} = {dt}({expr})")
+            names.append(var)
+        for (o, _), var in zip(stores, names):
+            regs[o.key] = var
+            if o.key not in chain.unstored:
+                body.append(f"            r{array(o)}[j] = {var}")
+    lines = [f"@njit(cache=True, error_model='numpy')",
+             f"def {name}(rows, cols, {''.join(f'a{k}, ' for k in range(len(views)))}"
+             f"{', '.join(f's{k}' for k in range(len(scalars)))}):",
+             *prologue,
+             "    for i in range(rows):"]
+    for key, k in arrays.items():
+        v = views[k]
+        full = key[0] != "b"
+        row = "i" if full or v.shape[0] != 1 else "0"
+        cut = "0:1" if not full and v.shape[1] == 1 else "0:cols"
+        lines.append(f"        r{k} = a{k}[{row}, {cut}]")
+    lines += ["        for j in range(cols):", *body, ""]
+    return "\n".join(lines), views, scalars
+
+
+def _accumulate(value: str, beta: tuple, b: str, dest: _Operand, load) -> str:
+    """The kernels' ``v if beta == 0 else v + beta * dest``, the test taken now
+    (beta is part of the recorded graph)."""
+    if float(beta[1]) == 0.0:
+        return value
+    return f"({value}) + {b} * {load(dest)}"
