@@ -131,8 +131,8 @@ def test_kept_intermediates_are_stored_and_unread_ones_are_not(cache):
         assert (h_temp in plan.dropped) is not kept
         assert len(plan.dropped) == (2 if kept else 3)
     # training: every temp the chain writes is read by the backward
-    params, loss_fn, _ = mlp(np.float32)()
-    step = ng.compile(loss_fn, cache_dir=cache)
+    params, loss_fn, opt = mlp(np.float32)()
+    step = ng.compile(loss_fn, optimizer=opt, cache_dir=cache)
     step(*batches(np.float32, n=1)[0])
     plan, prog = step._last.plan, step._last.prog
     forward = [c for c in plan.chains if c.links[0].kind == "binary"]
@@ -164,3 +164,36 @@ def test_a_call_touching_the_chain_is_not_moved_across_it(cache):
     steps = step._last.plan.steps
     order = [names[s[1]] if s[0] == "call" else "chain" for s in steps]
     assert order == ["gemm", "unary", "sum_to", "chain"]   # relu stays alone: the sum reads h
+
+
+def test_a_threaded_chain_gets_a_threaded_twin(cache, monkeypatch):
+    """Links recorded as threaded kernels (here from 16 elements on) make a
+    threaded loop too; it and the serial one (the governor's other choice)
+    give eager's bits."""
+    from numbagrad.kernels import cpu
+    from numbagrad.kernels.cpu import _threads
+    monkeypatch.setattr(cpu, "MT_MIN", 16)
+    monkeypatch.setattr(cpu, "MT_MIN_MEMORY", 16)
+    rng = np.random.default_rng(7)
+    W = ng.param(rng.normal(size=(5, 9)).astype(np.float32))
+    b = ng.param(rng.normal(size=9).astype(np.float32))
+
+    def fn(x):
+        return ng.tanh(x @ W + b)
+    x = ng.tensor(rng.normal(size=(6, 5)).astype(np.float32))
+    step = ng.compile(fn, cache_dir=cache)
+    with ng.grad_tape():
+        want = fn(x).numpy().tobytes()
+    step(x)
+    assert step.stats[-1]["fused"] == [("binary_mt", "unary_mt")]
+    assert "_fused0_mt(" in source_of(step)
+    running = _threads.governor is not None
+    _threads.stop_governor()             # the switch is this test's to set
+    try:
+        for allowed in (1, 0):
+            _threads.ALLOWED[0] = allowed
+            assert step(x).numpy().tobytes() == want
+    finally:
+        _threads.ALLOWED[0] = 1
+        if running:
+            _threads.start_governor()

@@ -74,6 +74,7 @@ class _Codegen:
             [("call", k, None) for k in range(len(prog.calls))])
         self.functions: list[str] = []      # the fused loops' @njit functions
         self.scalars: dict[str, tuple] = {}  # the scalar functions they call
+        self.threaded = False                # a fused loop has a threaded twin
         self.opt_roots: list[np.ndarray] = []   # kind "opt": the optimizer's buffers
         self.meta: list[int] = []
         self.fmeta: list[float] = []   # the kernels' float arguments (``f``)
@@ -254,15 +255,24 @@ class _Codegen:
         text, views, scalars = fusion.source(chain, name, self.scalars)
         self.functions.append(text)
         rows, cols = (self.slot(n) for n in chain.frame)
-        args = [rows, cols, *(self.view(v) for v in views), *(self.arg(v) for v in scalars)]
+        args = [*(self.view(v) for v in views),
+                *(f"{dtype}({self.arg(v)})" for v, dtype in scalars)]
         calls = " ".join(self.prog.calls[link.call][1] for link in chain.links)
-        return f"    {name}({', '.join(args)})   # fused: {calls}"
+        call = f"{name}(0, {rows}, 0, {cols}, {', '.join(args)})   # fused: {calls}"
+        if not chain.threaded:
+            return f"    {call}"
+        self.threaded = True   # the thread governor's choice, read each call
+        return "\n".join([f"    if {self.governor_flag()}[0] != 0:",
+                          f"        {name}_mt({rows}, {cols}, {', '.join(args)})",
+                          "    else:", f"        {call}"])
 
     def fused_header(self) -> list[str]:
         """The fused loops' imports and functions (none: the header of old)."""
         if not self.functions:
             return []
-        return ["from numbagrad.compile.fusion import scalar",
+        threads = ["from numba import prange",
+                   "from numbagrad.kernels.cpu.elementwise import _grid"] if self.threaded else []
+        return [*threads, "from numbagrad.compile.fusion import scalar",
                 f"# the kernels' sources: {fusion.fingerprint()}", "",
                 *(f"{name} = scalar{args!r}" for name, args in sorted(self.scalars.items())),
                 "", "", *self.functions]

@@ -18,8 +18,11 @@ no arena slot. A ``binary_backward`` whose other destination is summed over
 a broadcast dimension (a bias's gradient) keeps that half as its kernel
 call, with the fused half's ``need`` flag off, run right after the chain.
 
-Threaded twins (``*_mt``) are not fused: above the threads' threshold the
-twin's split beats one serial pass.
+A chain with a link recorded as its threaded twin (``*_mt``) gets a
+threaded twin too, over the elementwise kernels' blocks, which the step
+picks from the thread governor's switch as it does a kernel's twin; each
+element is computed by one thread with the same expression, so the two
+agree bit for bit.
 """
 from __future__ import annotations
 
@@ -100,6 +103,7 @@ class _Link:
     scalars: dict[str, tuple]
     sides: tuple = ()
     rest: str | None = None     # binary_backward: the side summed by its own call
+    threaded: bool = False      # recorded as the threaded twin (``*_mt``)
 
 
 @dataclass
@@ -111,6 +115,7 @@ class Chain:
     links: list[_Link] = field(default_factory=list)
     frame: tuple = (0, 0)
     broadcast: bool = False
+    threaded: bool = False       # a link ran threaded: the loop has a threaded twin
     residual: list[tuple[int, list]] = field(default_factory=list)
     access: list[tuple] = field(default_factory=list)   # (ref, key, written, after)
     unstored: set = field(default_factory=set)          # keys of values kept in registers only
@@ -179,8 +184,16 @@ class _Planner:
 
     def link(self, k: int) -> _Link | None:
         fn, name, rargs, rkw = self.prog.calls[k]
+        threaded = name.endswith("_mt")
+        name = name[:-3] if threaded else name
         if name not in KINDS or getattr(fn, "__module__", None) != _MODULE or rkw:
             return None
+        link = self.link_of(k, name, rargs)
+        if link is not None:
+            link.threaded = threaded
+        return link
+
+    def link_of(self, k: int, name: str, rargs: list) -> _Link | None:
         s = [a for a in rargs]
         if name == "axpby":
             x, y = s[1], s[3]
@@ -296,6 +309,7 @@ class _Planner:
         if not chain.links or broadcast and not chain.broadcast:
             chain.frame = shape
         chain.broadcast = chain.broadcast or broadcast
+        chain.threaded = chain.threaded or link.threaded
         chain.links.append(link)
         if residual is not None:
             chain.residual.append(residual)
@@ -337,7 +351,7 @@ def plan(prog: _Program) -> FusionPlan:
     for k in range(len(prog.calls)):
         link = planner.link(k)
         if link is not None:
-            trial = Chain(list(chain.links), chain.frame, chain.broadcast,
+            trial = Chain(list(chain.links), chain.frame, chain.broadcast, chain.threaded,
                           list(chain.residual), list(chain.access), set())
             if planner.join(trial, link):
                 chain = trial
@@ -424,7 +438,9 @@ def source(chain: Chain, name: str, functions: dict[str, tuple]
            ) -> tuple[str, list[_Ref], list[tuple]]:
     """The @njit function of one chain: its source, the views it takes (each a
     (rows, cols) C view of a full operand or a broadcast view as recorded) and
-    its scalar arguments; it is called as ``name(rows, cols, *views, *scalars)``.
+    its scalar arguments with the dtype each is cast to, as the kernels cast
+    theirs; it is called as ``name(0, rows, 0, cols, *views, *scalars)`` (its
+    threaded twin, when the chain has one, as ``name_mt(rows, cols, ...)``).
     ``functions`` gets the scalar functions it calls: name -> ``scalar``'s arguments."""
     arrays: dict[tuple, int] = {}
     views: list[_Ref] = []
@@ -460,10 +476,8 @@ def source(chain: Chain, name: str, functions: dict[str, tuple]
         return f"r{k}[{'0' if o.ref.shape[1] == 1 else 'j'}]"
 
     def scalar(v: tuple, dtype: str) -> str:
-        scalars.append(v)
-        var = f"c{len(scalars) - 1}"
-        prologue.append(f"    {var} = {dtype}(s{len(scalars) - 1})")
-        return var
+        scalars.append((v, dtype))     # cast to the link's dtype by the caller
+        return f"k{len(scalars) - 1}"
 
     n = 0
     for link in chain.links:
@@ -508,18 +522,29 @@ def source(chain: Chain, name: str, functions: dict[str, tuple]
             regs[o.key] = var
             if o.key not in chain.unstored:
                 body.append(f"            r{array(o)}[j] = {var}")
-    lines = [f"@njit(cache=True, error_model='numpy')",
-             f"def {name}(rows, cols, {''.join(f'a{k}, ' for k in range(len(views)))}"
-             f"{', '.join(f's{k}' for k in range(len(scalars)))}):",
-             *prologue,
-             "    for i in range(rows):"]
-    for key, k in arrays.items():
-        v = views[k]
+    a = "".join(f"a{k}, " for k in range(len(views)))
+    k = ", ".join(f"k{n}" for n in range(len(scalars)))
+    # the loop over a block of rows and columns is its own function: inlined
+    # into a prange body a loop does not vectorise (kernels/cpu/elementwise.py)
+    lines = ["@njit(cache=True, error_model='numpy')",
+             f"def {name}(r0, r1, lo, hi, {a}{k}):",
+             "    for i in range(r0, r1):"]
+    for key, n in arrays.items():
+        v = views[n]
         full = key[0] != "b"
         row = "i" if full or v.shape[0] != 1 else "0"
-        cut = "0:1" if not full and v.shape[1] == 1 else "0:cols"
-        lines.append(f"        r{k} = a{k}[{row}, {cut}]")
-    lines += ["        for j in range(cols):", *body, ""]
+        cut = "0:1" if not full and v.shape[1] == 1 else "lo:hi"
+        lines.append(f"        r{n} = a{n}[{row}, {cut}]")
+    lines += ["        for j in range(hi - lo):", *body]
+    if chain.threaded:   # the elementwise kernels' blocks, shared among threads
+        lines += ["", "",
+                  "@njit(cache=True, error_model='numpy', parallel=True)",
+                  f"def {name}_mt(rows, cols, {a}{k}):",
+                  "    rb, cb, nr, nc = _grid(rows, cols)",
+                  "    for t in prange(nr * nc):",
+                  "        r0, c0 = (t // nc) * rb, (t % nc) * cb",
+                  f"        {name}(r0, min(r0 + rb, rows), c0, min(c0 + cb, cols), {a}{k})"]
+    lines.append("")
     return "\n".join(lines), views, scalars
 
 
