@@ -14,7 +14,8 @@ On CUDA the recorded launches are replayed back to back from Python. See
 
 One module a concept: ``intrinsics`` (the LLVM intrinsics generated code
 calls), ``geometry`` (array geometry, signature keys), ``recording``,
-``analysis``, ``codegen`` (the CPU @njit source), ``cache`` (the folder of
+``analysis``, ``fusion`` (the elementwise chains run as one loop), ``codegen``
+(the CPU @njit source), ``cache`` (the folder of
 generated modules), ``runners`` (one signature's compiled step); this module
 is the public API.
 """

@@ -37,10 +37,10 @@ import numpy as np
 from .analysis import _Program, _Ref
 from .geometry import _c_contiguous, _c_strides
 
-# the kernels a chain may hold: name -> the positions of (arrays read, arrays
-# written, the scalars cast like the destination) in the call's arguments
+# the kernels (of kernels/cpu/elementwise.py) a chain may hold, and their dtypes
 KINDS = ("unary", "unary_backward", "binary", "binary_backward", "axpby")
 _MODULE = "numbagrad.kernels.cpu.elementwise"
+_DT = {"<f4": "np.float32", "<f8": "np.float64"}
 
 
 def fingerprint() -> str:
@@ -161,7 +161,7 @@ class _Planner:
 
     # ------------------------------------------------------------ one link
     def full(self, r: _Ref, n: int) -> _Operand | None:
-        if r.dtype.kind != "f" or math.prod(r.shape) != n or \
+        if r.dtype.str not in _DT or n == 0 or math.prod(r.shape) != n or \
                 not _c_contiguous(r.shape, r.strides, r.dtype.itemsize):
             return None
         if r.kind == "in":
@@ -194,7 +194,7 @@ class _Planner:
         return link
 
     def link_of(self, k: int, name: str, rargs: list) -> _Link | None:
-        s = [a for a in rargs]
+        s = list(rargs)
         if name == "axpby":
             x, y = s[1], s[3]
             if not (isinstance(x, _Ref) and isinstance(y, _Ref)):
@@ -431,7 +431,6 @@ def _fresh(link: _Link) -> dict[str, bool]:
 
 
 # ---------------------------------------------------------------- source
-_DT = {"<f4": "np.float32", "<f8": "np.float64"}
 
 
 def source(chain: Chain, name: str, functions: dict[str, tuple]
