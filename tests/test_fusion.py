@@ -80,17 +80,19 @@ def test_fused_step_equals_unfused_step_and_accumulates_exactly(cache):
 
 
 def test_residual_block_with_layer_norm(cache):
-    """Layer norm, a bias + GELU (float32's fast form), a residual add: eager's bits."""
+    """Layer norm, a bias + GELU (float32's fast form), residual adds, a column
+    broadcast along the rows: eager's bits."""
     def make():
         rng = np.random.default_rng(3)
         ln = ng.nn.LayerNorm(8, dtype=np.float32)
         W = ng.param((rng.normal(size=(8, 8)) * 0.3).astype(np.float32))
         b = ng.param(rng.normal(size=8).astype(np.float32))
-        params = [*ln.parameters(), W, b]
+        c = ng.param(rng.normal(size=(4, 1)).astype(np.float32))   # a column, broadcast
+        params = [*ln.parameters(), W, b, c]
 
         def loss_fn(x, y):
             h = x + ng.gelu(ln(x) @ W + b)
-            h = h + ng.relu(h * 2.0 - 1.0)
+            h = h + ng.relu(h * 2.0 - c)
             return ng.mse_loss(h, y)
         return params, loss_fn, ng.optim.Adam(params, lr=1e-2)
     rng = np.random.default_rng(4)
