@@ -199,3 +199,26 @@ def test_a_threaded_chain_gets_a_threaded_twin(cache, monkeypatch):
         _threads.ALLOWED[0] = 1
         if running:
             _threads.start_governor()
+
+
+def test_an_unrelated_call_between_two_links_runs_ahead_of_the_chain(cache):
+    rng = np.random.default_rng(8)
+    W = ng.param(rng.normal(size=(5, 7)).astype(np.float32))
+    b = ng.param(rng.normal(size=7).astype(np.float32))
+    V = ng.param(rng.normal(size=(5, 3)).astype(np.float32))
+
+    def fn(x):
+        h = x @ W + b
+        u = x @ V             # touches nothing of the chain
+        return ng.relu(h), u
+    x = ng.tensor(rng.normal(size=(4, 5)).astype(np.float32))
+    step = ng.compile(fn, cache_dir=cache)
+    for _ in range(2):
+        with ng.grad_tape():
+            want = fn(x)
+        for g, w in zip(step(x), want):
+            assert g.numpy().tobytes() == w.numpy().tobytes()
+    names = [c[1] for c in step._last.prog.calls]
+    assert names == ["gemm", "binary", "gemm", "unary"]
+    steps = step._last.plan.steps
+    assert [s[1] if s[0] == "call" else "chain" for s in steps] == [0, 2, "chain"]
