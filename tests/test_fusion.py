@@ -6,11 +6,18 @@ import pytest
 
 import numbagrad as ng
 from conftest import compiled_matches_eager
+from numbagrad.compile import fusion
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("ngcache"))
+
+
+@pytest.fixture(autouse=True)
+def small_chains_fuse(monkeypatch):
+    """The tests' tiny shapes fuse (a chain needs MIN_ELEMENTS elements)."""
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1)
 
 
 def batches(dtype, n=3, rows=6, d_in=5, d_out=7, seed=1):
@@ -224,3 +231,15 @@ def test_an_unrelated_call_between_two_links_runs_ahead_of_the_chain(cache):
     assert names == ["gemm", "binary", "gemm", "unary"]
     steps = step._last.plan.steps
     assert [s[1] if s[0] == "call" else "chain" for s in steps] == [0, 2, "chain"]
+
+
+def test_a_chain_below_min_elements_stays_kernel_calls(cache, monkeypatch):
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 4 * 7 + 1)
+    rng = np.random.default_rng(9)
+    W = ng.param(rng.normal(size=(5, 7)).astype(np.float32))
+
+    def fn(x):
+        return ng.tanh(ng.relu(x @ W) * 2.0)
+    step = ng.compile(fn, cache_dir=cache)
+    step(ng.tensor(rng.normal(size=(4, 5)).astype(np.float32)))
+    assert step.stats[-1]["fused"] == [] and "_fused" not in source_of(step)

@@ -41,6 +41,11 @@ from .geometry import _c_contiguous, _c_strides
 KINDS = ("unary", "unary_backward", "binary", "binary_backward", "axpby")
 _MODULE = "numbagrad.kernels.cpu.elementwise"
 _DT = {"<f4": "np.float32", "<f8": "np.float64"}
+# Chains over fewer elements stay kernel calls: their passes run in cache in
+# microseconds, and each fused loop is new machine code to compile (about
+# half a second) for a module that fuses. A batch size on the other side of
+# this compiles its own module once.
+MIN_ELEMENTS = 1 << 12
 
 
 def fingerprint() -> str:
@@ -338,7 +343,7 @@ def plan(prog: _Program) -> FusionPlan:
 
     def close() -> None:
         nonlocal chain, moved
-        if len(chain.links) >= 2:
+        if len(chain.links) >= 2 and chain.frame[0] * chain.frame[1] >= MIN_ELEMENTS:
             out.steps += [("call", k, None) for k in moved]
             out.steps.append(("chain", chain))
             out.steps += [("call", k, args) for k, args in chain.residual]
@@ -525,7 +530,7 @@ def source(chain: Chain, name: str, functions: dict[str, tuple]
     k = ", ".join(f"k{n}" for n in range(len(scalars)))
     # the loop over a block of rows and columns is its own function: inlined
     # into a prange body a loop does not vectorise (kernels/cpu/elementwise.py)
-    lines = ["@njit(cache=True, error_model='numpy')",
+    lines = ["@njit(cache=True, error_model='numpy', no_cpython_wrapper=True)",
              f"def {name}(r0, r1, lo, hi, {a}{k}):",
              "    for i in range(r0, r1):"]
     for key, n in arrays.items():
@@ -537,7 +542,7 @@ def source(chain: Chain, name: str, functions: dict[str, tuple]
     lines += ["        for j in range(hi - lo):", *body]
     if chain.threaded:   # the elementwise kernels' blocks, shared among threads
         lines += ["", "",
-                  "@njit(cache=True, error_model='numpy', parallel=True)",
+                  "@njit(cache=True, error_model='numpy', parallel=True, no_cpython_wrapper=True)",
                   f"def {name}_mt(rows, cols, {a}{k}):",
                   "    rb, cb, nr, nc = _grid(rows, cols)",
                   "    for t in prange(nr * nc):",
