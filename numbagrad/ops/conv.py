@@ -182,6 +182,8 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
                   out_shape: tuple) -> Tensor:
     n, channels, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank \
         = geometry
+    if groups == 1 and sh == sw == 1 and channels * kh * kw <= DIRECT_MAX_TAPS:
+        return _direct_forward(x, weight, bias, geometry, out_shape)
     kern, dtype = x._kern, x._data.dtype
     cout = weight.shape[0]
     cout_g, k_g, length = cout // groups, channels // groups * kh * kw, n * oh * ow
@@ -235,6 +237,57 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         dest, beta = ctx.dest(x)
         kernels.call(kern, "col2im", dest.size, dcols, _as4d(dest, x.shape, is_batched, rank),
                      sh, sw, ph, pw, dh, dw, beta)
+
+
+# The direct (im2col-free) convolution runs a convolution of one group whose
+# outputs each sum at most this many taps (C_in * KH * KW), measured on the
+# cnn benchmark's layers and a sweep of C_in (scripts/bench_conv.py): below
+# it the columns' copies, the reorderings into and out of the GEMM's layout
+# and col2im cost more than the GEMMs save.
+DIRECT_MAX_TAPS = 27
+
+
+def _direct_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tuple,
+                    out_shape: tuple) -> Tensor:
+    """The convolution by ``conv2d_direct`` (one group, few taps): no columns,
+    and NCHW in and out as they are."""
+    n, channels, _, (kh, kw), _, (ph, pw), (dh, dw), _, is_batched, rank = geometry
+    kern, dtype = x._kern, x._data.dtype
+    cout = weight.shape[0]
+    x4 = _as4d(contiguous(x), x.shape, is_batched, rank)
+    w4 = reshaped(contiguous(weight), (cout, channels, kh, kw))
+    out = buffers.take(kern, out_shape, dtype)
+    # without a bias the kernel reads none: any array of the dtype stands in
+    b = reshaped(w4, (w4.size,)) if bias is None else contiguous(bias)
+    kernels.call(kern, "conv2d_direct", out.size, x4, w4, b,
+                 _as4d(out, out_shape, is_batched, rank), ph, pw, dh, dw, bias is not None)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return result(out, kern, inputs, _direct_backward, (x4, w4, geometry))
+
+
+def _direct_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    x, weight = node.inputs[:2]
+    x4, w4, geometry = node.saved
+    n, _, _, _, _, (ph, pw), (dh, dw), (oh, ow), is_batched, rank = geometry
+    kern, dtype = x._kern, w4.dtype
+    cout = w4.shape[0]
+    g = ones(kern, (n, cout, oh, ow), dtype) if gout is None else gout
+    g4 = reshaped(g, (n, cout, oh, ow))
+    bias = node.inputs[2] if len(node.inputs) == 3 and node.inputs[2].requires_grad else None
+    if weight.requires_grad:   # (with db, the sums over N, OH, OW, when the bias needs it)
+        dest, beta = ctx.dest(weight)
+        bias_dest, bias_beta = ctx.dest(bias) if bias is not None else (reshaped(
+            dest, (dest.size,)), 0.0)
+        kernels.call(kern, "conv2d_direct_weight", w4.size, g4, x4, reshaped(dest, w4.shape),
+                     bias_dest, ph, pw, dh, dw, beta, bias_beta, bias is not None)
+    elif bias is not None:
+        dest, beta = ctx.dest(bias)
+        reduce_into(kern, reshaped(g, (n, cout, oh * ow)), reshaped(dest, (1, cout, 1)), 1.0,
+                    beta)
+    if x.requires_grad:
+        dest, beta = ctx.dest(x)
+        kernels.call(kern, "conv2d_direct_input", dest.size, g4, w4,
+                     _as4d(dest, x.shape, is_batched, rank), ph, pw, dh, dw, beta)
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
