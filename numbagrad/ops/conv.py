@@ -15,6 +15,12 @@ the like, which OpenBLAS runs faster than their transposes on small
 channel counts (measured 1.3-1.5x on a digits CNN's second convolution).
 ``conv1d`` is ``conv2d`` of height 1.
 
+A convolution of one group at stride 1 whose outputs sum at most
+``DIRECT_MAX_TAPS`` taps (C_in * KH * KW: a CNN's first layers) runs
+without columns instead (``kernels/cpu/conv.py``'s ``conv2d_direct``):
+NCHW in and out as they are, no reorderings; its weight and bias gradients
+are one kernel, its input gradient another.
+
 A transposed convolution is the input gradient of a convolution, and is
 computed as that one is: a GEMM into columns that ``col2im`` adds up into
 the output (onto the bias); its gradient is that convolution's forward
@@ -25,7 +31,7 @@ one group the GEMMs read x and write dx per image in NCHW as they are.
 CUDA launches: at most 4 per forward (im2col, the bias, the GEMM and the
 reordering into NCHW) and, in the backward, 1 for the reordering of the
 output gradient plus 1 for the bias, 1 for the weight and 2 for the input
-gradient.
+gradient; on the direct path 1 forward and at most 3 backward (dW, db, dx).
 """
 from __future__ import annotations
 

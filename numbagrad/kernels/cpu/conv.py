@@ -5,7 +5,9 @@ followed by the GEMM kernels; its input gradient is a GEMM into columns and
 ``col2im``, which adds each input element's entries back up. The gradients scatter-add
 into a float64 scratch in increasing (kernel offset or window) order, then
 write dest once; the CUDA kernels gather per element in that same order, so
-both devices add in the same order. Sums run in float64.
+both devices add in the same order. Sums run in float64. A convolution
+with few taps (a CNN's first layer) runs without columns: the direct
+kernels at the end of this module.
 """
 from __future__ import annotations
 
@@ -244,8 +246,9 @@ def relu_max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
 @njit(cache=True, error_model="numpy")
 def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
     """dest = (g of every window whose max is the element, added up) + beta * dest;
-    a window of idx -1 (``relu_max_pool2d``'s cut ones) adds nothing. Windows that cannot overlap (each element in at most one) write dest in
-    place, with the same float64 arithmetic as the scratch sums."""
+    a window of idx -1 (``relu_max_pool2d``'s cut ones) adds nothing. Windows
+    that cannot overlap (each element in at most one) write dest in place,
+    with the same float64 arithmetic as the scratch sums."""
     b = _cast_like(dest, beta)
     N, C, OH, OW = g.shape
     HW = dest.shape[2] * dest.shape[3]
