@@ -104,6 +104,22 @@ def test_direct_matches_torch_on_cuda(xs, ws, kw, bias):
                   dev=dev)
 
 
+@pytest.mark.parametrize("frozen", ["weight", "bias", "x"])
+def test_direct_gradients_of_some_inputs(frozen):
+    """A frozen weight (the bias's gradient then on its own) or bias or x."""
+    arrays = inputs([(2, 2, 4, 5), (3, 2, 3, 3), (3,)], seed=11)
+    names = ("x", "weight", "bias")
+    ps = [ng.tensor(a) if n == frozen else ng.param(a) for n, a in zip(names, arrays)]
+    ts = [torch.tensor(a, requires_grad=n != frozen) for n, a in zip(names, arrays)]
+    with ng.grad_tape():
+        loss = (ng.conv2d(*ps, padding=1) ** 2).sum()
+    grads = ng.backward(loss)
+    (F.conv2d(*ts, padding=1) ** 2).sum().backward()
+    for n, p, t in zip(names, ps, ts):
+        if n != frozen:
+            np.testing.assert_allclose(grads[p.id], t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
 def test_direct_cuda_launches():
     dev = cuda_dev()
     x, w, b = inputs([(2, 2, 3, 3), (2, 2, 2, 2), (2,)], seed=1)
