@@ -483,6 +483,44 @@ def _taps(a, m0, m1, src, offs, wts):
         t += 1
 
 
+@njit(error_model="numpy", inline="always")
+def _direct_setup(x, weight, OH, OW, ph, pw, dh, dw):
+    """(HP, WP, M, xs, offs, wf, acc): the forward's strips, each tap (c, i,
+    j)'s start in them, the weight as (O, taps) and its sums (O, M)."""
+    N, C = x.shape[0], x.shape[1]
+    O, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
+    HP, WP, M, E = _direct_geometry(N, KH, KW, OH, OW, dh, dw)
+    xs = _strips(x, HP, WP, ph, pw, M + E)
+    offs = np.empty(C * KH * KW, np.int64)
+    for c in range(C):
+        for i in range(KH):
+            for j in range(KW):
+                offs[(c * KH + i) * KW + j] = c * (M + E) + i * dh * WP + j * dw
+    return HP, WP, M, xs, offs, weight.reshape(O, C * KH * KW), np.empty((O, M), x.dtype)
+
+
+@njit(error_model="numpy", inline="always")
+def _direct_block(acc, o, m0, m1, bias, has_bias, xs, offs, wf):
+    """Output channel o's sums at strip positions [m0, m1): its bias, then
+    its taps in order."""
+    a = acc[o]
+    b = bias[o] if has_bias else acc.dtype.type(0)
+    for m in range(m0, m1):
+        a[uint64(m)] = b
+    _taps(a, m0, m1, xs, offs, wf[o])
+
+
+@njit(error_model="numpy", inline="always")
+def _direct_image(acc, out, n, HP, WP):
+    """out[n] from the sums at image n's output positions."""
+    O, OH, OW = out.shape[1], out.shape[2], out.shape[3]
+    for o in range(O):
+        for oh in range(OH):
+            at = n * HP * WP + oh * WP
+            for ow in range(OW):
+                out[n, o, oh, ow] = acc[o, uint64(at + ow)]
+
+
 @njit(cache=True, error_model="numpy")
 def conv2d_direct(x, weight, bias, out, ph, pw, dh, dw, has_bias):
     """out = conv2d(x, weight) (+ bias when ``has_bias``; else bias is not
@@ -490,33 +528,13 @@ def conv2d_direct(x, weight, bias, out, ph, pw, dh, dw, has_bias):
     bias[o] + the sum over (c, i, j) in that order of weight[o, c, i, j] *
     x[n, c, oh - ph + i*dh, ow - pw + j*dw], in x's dtype (as the GEMM's).
     x (N, C, H, W), weight (O, C, KH, KW), out (N, O, OH, OW), C-contiguous."""
-    N, C = x.shape[0], x.shape[1]
-    O, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
-    OH, OW = out.shape[2], out.shape[3]
-    HP, WP, M, E = _direct_geometry(N, KH, KW, OH, OW, dh, dw)
-    xs = _strips(x, HP, WP, ph, pw, M + E)
-    offs = np.empty(C * KH * KW, np.int64)   # tap (c, i, j)'s start in xs
-    for c in range(C):
-        for i in range(KH):
-            for j in range(KW):
-                offs[(c * KH + i) * KW + j] = c * (M + E) + i * dh * WP + j * dw
-    wf = weight.reshape(O, C * KH * KW)
-    acc = np.empty((O, M), x.dtype)
-    zero = x.dtype.type(0)
+    HP, WP, M, xs, offs, wf, acc = _direct_setup(x, weight, out.shape[2], out.shape[3], ph,
+                                                 pw, dh, dw)
     for m0 in range(0, M, DIRECT_BLOCK):
-        m1 = min(M, m0 + DIRECT_BLOCK)
-        for o in range(O):
-            a = acc[o]
-            b = bias[o] if has_bias else zero
-            for m in range(m0, m1):
-                a[uint64(m)] = b
-            _taps(a, m0, m1, xs, offs, wf[o])
-    for n in range(N):
-        for o in range(O):
-            for oh in range(OH):
-                at = n * HP * WP + oh * WP
-                for ow in range(OW):
-                    out[n, o, oh, ow] = acc[o, uint64(at + ow)]
+        for o in range(out.shape[1]):
+            _direct_block(acc, o, m0, min(M, m0 + DIRECT_BLOCK), bias, has_bias, xs, offs, wf)
+    for n in range(out.shape[0]):
+        _direct_image(acc, out, n, HP, WP)
 
 
 @njit(error_model="numpy", inline="always")
