@@ -131,37 +131,45 @@ def _pick(v, k, best, at):
     return (v if take else best), (k if take else at)
 
 
+POOL_PAIRS = 2048   # _max_pool_2x2's pairs per pass: its scratch stays in the L1 cache
+
+
 @njit(error_model="numpy", inline="always")
 def _max_pool_2x2(xf, of, jf, OH, OW, W, relu):
-    """The 2x2 windows of stride 2 tiling the planes (flat xf, of, jf): each
-    row's pairs first, in one long loop that vectorises (a column pair of
-    x's rows are adjacent elements), then the two rows' pair maxima. The
-    same picks as the row-major scan: (a, b) then (c, d), the later pair
-    taking over only when larger or nan, is the scan's first max (and its
-    last nan)."""
-    M = of.size * 2            # the pairs: every row of x, OW each
-    pm = np.empty(M, xf.dtype)
-    pk = np.empty(M, np.int64)
+    """The 2x2 windows of stride 2 tiling the planes (flat xf, of, jf), a
+    few planes at a time: each row's pairs first, in one long loop that
+    vectorises (a window's column pair is adjacent), then the two rows'
+    pair maxima. The same picks as the row-major scan: (a, b) then (c, d),
+    the later pair taking over only when larger or nan, is the scan's first
+    max (and its last nan)."""
+    HW = 2 * OH * W
+    planes = of.size // (OH * OW)
+    step = max(1, POOL_PAIRS // (HW // 2))   # planes per pass
+    pm = np.empty(step * HW // 2, xf.dtype)
+    pk = np.empty(step * HW // 2, np.int64)
     zero = xf.dtype.type(0)
-    for t in range(M):
-        a, b = xf[uint64(2 * t)], xf[uint64(2 * t + 1)]
-        take = (b > a) | (b != b)
-        pm[uint64(t)] = b if take else a
-        pk[uint64(t)] = 1 if take else 0
-    for r in range(of.size // OW):    # output row r: x's rows 2r and 2r + 1 (all planes)
-        top = 2 * (r % OH) * W
-        s = uint64(2 * r * OW)
-        for ow in range(OW):
-            a, b = pm[s + uint64(ow)], pm[s + uint64(OW + ow)]
+    for p0 in range(0, planes, step):
+        p1 = min(planes, p0 + step)
+        x0 = p0 * HW
+        for t in range((p1 - p0) * HW // 2):
+            a, b = xf[uint64(x0 + 2 * t)], xf[uint64(x0 + 2 * t + 1)]
             take = (b > a) | (b != b)
-            best = b if take else a
-            at = top + 2 * ow + (W + pk[s + uint64(OW + ow)] if take else pk[s + uint64(ow)])
-            if relu:
-                cut = best <= zero
-                best, at = (zero if cut else best), (-1 if cut else at)
-            o = uint64(r * OW + ow)
-            of[o] = best
-            jf[o] = at
+            pm[uint64(t)] = b if take else a
+            pk[uint64(t)] = 1 if take else 0
+        for r in range((p1 - p0) * OH):    # output row: x's rows 2r and 2r + 1 of the pass
+            s = uint64(2 * r * OW)
+            top = (r % OH) * 2 * W         # its top row in its plane
+            for ow in range(OW):
+                a, b = pm[s + uint64(ow)], pm[s + uint64(OW + ow)]
+                take = (b > a) | (b != b)
+                best = b if take else a
+                at = top + 2 * ow + (W + pk[s + uint64(OW + ow)] if take else pk[s + uint64(ow)])
+                if relu:
+                    cut = best <= zero
+                    best, at = (zero if cut else best), (-1 if cut else at)
+                o = uint64((p0 * OH + r) * OW + ow)
+                of[o] = best
+                jf[o] = at
 
 
 @njit(error_model="numpy", inline="always")
@@ -483,58 +491,44 @@ def _taps(a, m0, m1, src, offs, wts):
         t += 1
 
 
-@njit(error_model="numpy", inline="always")
-def _direct_setup(x, weight, OH, OW, ph, pw, dh, dw):
-    """(HP, WP, M, xs, offs, wf, acc): the forward's strips, each tap (c, i,
-    j)'s start in them, the weight as (O, taps) and its sums (O, M)."""
-    N, C = x.shape[0], x.shape[1]
-    O, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
-    HP, WP, M, E = _direct_geometry(N, KH, KW, OH, OW, dh, dw)
-    xs = _strips(x, HP, WP, ph, pw, M + E)
-    offs = np.empty(C * KH * KW, np.int64)
-    for c in range(C):
-        for i in range(KH):
-            for j in range(KW):
-                offs[(c * KH + i) * KW + j] = c * (M + E) + i * dh * WP + j * dw
-    return HP, WP, M, xs, offs, weight.reshape(O, C * KH * KW), np.empty((O, M), x.dtype)
-
-
-@njit(error_model="numpy", inline="always")
-def _direct_block(acc, o, m0, m1, bias, has_bias, xs, offs, wf):
-    """Output channel o's sums at strip positions [m0, m1): its bias, then
-    its taps in order."""
-    a = acc[o]
-    b = bias[o] if has_bias else acc.dtype.type(0)
-    for m in range(m0, m1):
-        a[uint64(m)] = b
-    _taps(a, m0, m1, xs, offs, wf[o])
-
-
-@njit(error_model="numpy", inline="always")
-def _direct_image(acc, out, n, HP, WP):
-    """out[n] from the sums at image n's output positions."""
-    O, OH, OW = out.shape[1], out.shape[2], out.shape[3]
-    for o in range(O):
-        for oh in range(OH):
-            at = n * HP * WP + oh * WP
-            for ow in range(OW):
-                out[n, o, oh, ow] = acc[o, uint64(at + ow)]
-
-
 @njit(cache=True, error_model="numpy")
 def conv2d_direct(x, weight, bias, out, ph, pw, dh, dw, has_bias):
     """out = conv2d(x, weight) (+ bias when ``has_bias``; else bias is not
     read), one group, stride 1, zero padding ph, pw: out[n, o, oh, ow] =
     bias[o] + the sum over (c, i, j) in that order of weight[o, c, i, j] *
     x[n, c, oh - ph + i*dh, ow - pw + j*dw], in x's dtype (as the GEMM's).
-    x (N, C, H, W), weight (O, C, KH, KW), out (N, O, OH, OW), C-contiguous."""
-    HP, WP, M, xs, offs, wf, acc = _direct_setup(x, weight, out.shape[2], out.shape[3], ph,
-                                                 pw, dh, dw)
-    for m0 in range(0, M, DIRECT_BLOCK):
-        for o in range(out.shape[1]):
-            _direct_block(acc, o, m0, min(M, m0 + DIRECT_BLOCK), bias, has_bias, xs, offs, wf)
-    for n in range(out.shape[0]):
-        _direct_image(acc, out, n, HP, WP)
+    x (N, C, H, W), weight (O, C, KH, KW), out (N, O, OH, OW), C-contiguous.
+    A block is a few whole images, whose outputs are copied out after it."""
+    N, C = x.shape[0], x.shape[1]
+    O, KH, KW = weight.shape[0], weight.shape[2], weight.shape[3]
+    OH, OW = out.shape[2], out.shape[3]
+    HP, WP, M, E = _direct_geometry(N, KH, KW, OH, OW, dh, dw)
+    PP = HP * WP
+    xs = _strips(x, HP, WP, ph, pw, M + E)
+    offs = np.empty(C * KH * KW, np.int64)   # tap (c, i, j)'s start in xs
+    for c in range(C):
+        for i in range(KH):
+            for j in range(KW):
+                offs[(c * KH + i) * KW + j] = c * (M + E) + i * dh * WP + j * dw
+    wf = weight.reshape(O, C * KH * KW)
+    per = max(1, DIRECT_BLOCK // PP)   # images per block
+    acc = np.empty((O, per * PP), x.dtype)
+    zero = x.dtype.type(0)
+    for n0 in range(0, N, per):
+        n1 = min(N, n0 + per)
+        src = xs[n0 * PP:]
+        for o in range(O):
+            a = acc[o]
+            b = bias[o] if has_bias else zero
+            for m in range((n1 - n0) * PP):
+                a[uint64(m)] = b
+            _taps(a, 0, (n1 - n0) * PP, src, offs, wf[o])
+        for n in range(n0, n1):
+            for o in range(O):
+                for oh in range(OH):
+                    at = (n - n0) * PP + oh * WP
+                    for ow in range(OW):
+                        out[n, o, oh, ow] = acc[o, uint64(at + ow)]
 
 
 @njit(error_model="numpy", inline="always")
@@ -628,41 +622,62 @@ def conv2d_direct_weight(g, x, dest, bias_dest, ph, pw, dh, dw, beta, bias_beta,
     """dest = (the gradient of ``conv2d_direct`` with respect to its weight,
     for output gradient g) + beta * dest, and, when ``has_bias``, bias_dest =
     (g summed over N, OH, OW) + bias_beta * bias_dest (else it is not read);
-    beta == 0 never reads dest. Tap (c, i, j)'s gradients of every output
-    channel are one matrix-vector product (BLAS gemv, as the GEMM path's
-    sums): g's output strips (O, M) times the strip of x that tap reads, and
-    the bias's those strips times ones. An x with an inf or nan takes a
-    slower path that multiplies no padding (inf * 0 would be a nan PyTorch
-    does not make), summing in float64."""
+    beta == 0 never reads dest. Per block of whole images, tap (c, i, j)'s
+    gradients of every output channel are one matrix-vector product (BLAS
+    gemv, as the GEMM path's sums): the block's output strips of g (O, the
+    block's positions) times the strip of x that tap reads, and the bias's
+    those strips times ones; the blocks' products are added in order in
+    float64. An x with an inf or nan takes a slower path that multiplies no
+    padding (inf * 0 would be a nan PyTorch does not make)."""
     b = _cast_like(dest, beta)
     bb = _cast_like(dest, bias_beta)
     N, C = x.shape[0], x.shape[1]
     O, KH, KW = dest.shape[0], dest.shape[2], dest.shape[3]
     OH, OW = g.shape[2], g.shape[3]
     HP, WP, M, E = _direct_geometry(N, KH, KW, OH, OW, dh, dw)
+    PP, T = HP * WP, C * KH * KW
     xs = _strips(x, HP, WP, ph, pw, M + E)
-    runs = _output_strips(g, HP, WP, M, 0)
-    if has_bias:
-        col = np.dot(runs, np.ones(M, g.dtype))
-        for o in range(O):
-            bias_dest[o] = col[o] if bb == 0 else col[o] + bb * bias_dest[o]
     finite = True
     for v in xs:
         finite = finite and math.isfinite(v)
-    keep = _output_mask(N, HP, WP, OH, OW, 0 if finite else M)
-    for c in range(C):
-        for i in range(KH):
-            for j in range(KW):
-                e = c * (M + E) + i * dh * WP + j * dw
-                if finite:
-                    col = np.dot(runs, xs[e:e + M])
-                else:
-                    col = np.zeros(O, g.dtype)
+    per = max(1, DIRECT_BLOCK // PP)   # images per block
+    runs = np.empty(O * per * PP, g.dtype)
+    keep = _output_mask(per, HP, WP, OH, OW, 0 if finite else per * PP)
+    ones = np.ones(per * PP, g.dtype)
+    acc = np.zeros((T + 1, O), np.float64)   # the taps' sums, then the bias's
+    for n0 in range(0, N, per):
+        n1 = min(N, n0 + per)
+        L = (n1 - n0) * PP
+        block = runs[:O * L].reshape(O, L)   # g's strips, 0 past the outputs
+        block[:] = 0
+        for n in range(n0, n1):
+            for o in range(O):
+                for oh in range(OH):
+                    at = (n - n0) * PP + oh * WP
+                    for ow in range(OW):
+                        block[o, uint64(at + ow)] = g[n, o, oh, ow]
+        if has_bias:
+            col = np.dot(block, ones[:L])
+            for o in range(O):
+                acc[T, o] += col[o]
+        for c in range(C):
+            for i in range(KH):
+                for j in range(KW):
+                    t = (c * KH + i) * KW + j
+                    e = c * (M + E) + n0 * PP + i * dh * WP + j * dw
+                    if finite:
+                        col = np.dot(block, xs[e:e + L])
+                        for o in range(O):
+                            acc[t, o] += col[o]
+                        continue
                     for o in range(O):
-                        total = 0.0
-                        for m in range(M):
+                        for m in range(L):
                             if keep[m]:
-                                total += runs[o, m] * xs[e + m]
-                        col[o] = total
-                for o in range(O):
-                    dest[o, c, i, j] = col[o] if b == 0 else col[o] + b * dest[o, c, i, j]
+                                acc[t, o] += block[o, m] * xs[e + m]
+    for o in range(O):
+        for t in range(T):
+            c, i, j = t // (KH * KW), (t // KW) % KH, t % KW
+            v = acc[t, o]
+            dest[o, c, i, j] = v if b == 0 else v + b * dest[o, c, i, j]
+        if has_bias:
+            bias_dest[o] = acc[T, o] if bb == 0 else acc[T, o] + bb * bias_dest[o]
