@@ -17,6 +17,14 @@ from numbagrad.testing import gradcheck
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")
+MIN_OUTPUTS = conv_ops.DIRECT_MIN_OUTPUTS
+
+
+@pytest.fixture(autouse=True)
+def small_planes(monkeypatch):
+    """The direct path for the tests' small planes too (the rule's own test
+    puts the size back)."""
+    monkeypatch.setattr(conv_ops, "DIRECT_MIN_OUTPUTS", 1)
 
 
 class _Names:
@@ -134,7 +142,7 @@ def test_direct_agrees_with_im2col(monkeypatch, dtype, tol):
     x, w, b = (a.astype(dtype) for a in inputs([(4, 3, 6, 5), (5, 3, 3, 3), (5,)], seed=7))
     results = []
     for taps in (conv_ops.DIRECT_MAX_TAPS, 0):
-        monkeypatch.setattr(conv_ops, "DIRECT_MAX_TAPS", taps)
+        monkeypatch.setattr(conv_ops, "DIRECT_MAX_TAPS", taps)   # (0: im2col)
         ps = [ng.param(a) for a in (x, w, b)]
         names = _kernel_names(_conv_step(*ps, padding=(2, 1)))
         assert ("conv2d_direct" in names) == (taps > 0) and ("im2col" in names) == (taps == 0)
@@ -148,12 +156,14 @@ def test_direct_agrees_with_im2col(monkeypatch, dtype, tol):
 
 
 @pytest.mark.parametrize("xs, ws, kw, direct", [
-    ((2, 3, 5, 5), (4, 3, 3, 3), {}, True),                 # 27 taps
-    ((2, 4, 5, 5), (4, 4, 3, 3), {}, False),                # 36 taps: im2col + GEMM
-    ((2, 2, 5, 5), (4, 2, 3, 3), dict(stride=2), False),    # stride 2
-    ((2, 2, 5, 5), (4, 1, 3, 3), dict(groups=2), False),    # groups
+    ((1, 3, 16, 16), (2, 3, 3, 3), dict(padding=1), True),            # 27 taps, 16x16
+    ((1, 1, 17, 16), (2, 1, 3, 3), {}, False),                        # a 15x14 plane
+    ((1, 4, 16, 16), (2, 4, 3, 3), dict(padding=1), False),           # 36 taps: im2col
+    ((1, 2, 33, 33), (2, 2, 3, 3), dict(stride=2, padding=1), False),
+    ((1, 2, 16, 16), (2, 1, 3, 3), dict(groups=2, padding=1), False),
 ])
-def test_direct_rule(xs, ws, kw, direct):
+def test_direct_rule(monkeypatch, xs, ws, kw, direct):
+    monkeypatch.setattr(conv_ops, "DIRECT_MIN_OUTPUTS", MIN_OUTPUTS)
     x, w = (ng.param(a) for a in inputs([xs, ws]))
     names = _kernel_names(_conv_step(x, w, None, **kw))
     assert ("conv2d_direct" in names) == direct and ("im2col" in names) == (not direct)

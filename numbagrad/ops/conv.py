@@ -16,8 +16,9 @@ channel counts (measured 1.3-1.5x on a digits CNN's second convolution).
 ``conv1d`` is ``conv2d`` of height 1.
 
 A convolution of one group at stride 1 whose outputs sum at most
-``DIRECT_MAX_TAPS`` taps (C_in * KH * KW: a CNN's first layers) runs
-without columns instead (``kernels/cpu/conv.py``'s ``conv2d_direct``):
+``DIRECT_MAX_TAPS`` taps (C_in * KH * KW: a CNN's first layers) over
+planes of at least ``DIRECT_MIN_OUTPUTS`` outputs runs without columns
+instead (``kernels/cpu/conv.py``'s ``conv2d_direct``):
 NCHW in and out as they are, no reorderings; its weight and bias gradients
 are one kernel, its input gradient another.
 
@@ -188,7 +189,8 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
                   out_shape: tuple) -> Tensor:
     n, channels, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank \
         = geometry
-    if groups == 1 and sh == sw == 1 and channels * kh * kw <= DIRECT_MAX_TAPS:
+    if groups == 1 and sh == sw == 1 and channels * kh * kw <= DIRECT_MAX_TAPS \
+            and oh * ow >= DIRECT_MIN_OUTPUTS:
         return _direct_forward(x, weight, bias, geometry, out_shape)
     kern, dtype = x._kern, x._data.dtype
     cout = weight.shape[0]
@@ -246,16 +248,22 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 
 
 # The direct (im2col-free) convolution runs a convolution of one group at
-# stride 1 whose outputs each sum at most this many taps (C_in * KH * KW).
-# Measured with scripts/bench_conv.py (a 3x3 layer's forward and backward,
-# float32, 2 busy cores; direct / im2col time): batch 64, 8x8, 16 outputs:
-# 0.93 at C_in 1 (the cnn case's first layer), 0.91 at 2, 0.98 at 3, 1.07
-# at 4; batch 16, 28x28, C_in 1: 0.63; the cnn case's second layer (144
-# taps): 5.3. Up to here the columns' copies and the reorderings into and
-# out of the GEMM's layout cost more than the direct loops; beyond, the
-# GEMMs' blocking wins. (Stride > 1 would waste the direct loops' work on
-# the skipped positions.)
+# stride 1 whose outputs each sum at most DIRECT_MAX_TAPS taps (C_in * KH *
+# KW) and whose output planes have at least DIRECT_MIN_OUTPUTS positions.
+# Measured (float32, serial kernels, the sum of each kernel's best time over
+# a 3x3, padding-1 layer's forward and backward, the input's gradient too
+# when C_in > 1; direct / im2col; 2 busy cores): 16 outputs, batch 64: at
+# 8x8 1.01-1.06 for C_in 1 (the cnn case's first layer), 1.03 at C_in 2,
+# 1.06 at 3, 1.09 at 4; at 16x16 0.70 for C_in 1, 0.99 at 3, 1.02 at 8;
+# batch 32, 32x32, C_in 3: 0.64; batch 16, 28x28, C_in 1: 0.73; the cnn
+# case's second layer (144 taps, 4x4): 5.4. The direct loops also compute
+# the padding's positions of each plane (a 3x3 kernel on an 8x8 plane:
+# 100 for 64 outputs), which small planes cannot afford; many taps favour
+# the GEMMs' blocking; beyond both, the columns' copies and the reorderings
+# into and out of the GEMM's layout cost more than the direct loops.
+# Stride > 1 would waste the direct loops' work on the skipped positions.
 DIRECT_MAX_TAPS = 27
+DIRECT_MIN_OUTPUTS = 256
 
 
 def _direct_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tuple,
