@@ -250,16 +250,17 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 # The direct (im2col-free) convolution runs a convolution of one group at
 # stride 1 whose outputs each sum at most DIRECT_MAX_TAPS taps (C_in * KH *
 # KW) and whose output planes have at least DIRECT_MIN_OUTPUTS positions.
-# Measured (float32, serial kernels, the sum of each kernel's best time over
-# a 3x3, padding-1 layer's forward and backward, the input's gradient too
-# when C_in > 1; direct / im2col; 2 busy cores): 16 outputs, batch 64: at
-# 8x8 1.01-1.06 for C_in 1 (the cnn case's first layer), 1.03 at C_in 2,
-# 1.06 at 3, 1.09 at 4; at 16x16 0.70 for C_in 1, 0.99 at 3, 1.02 at 8;
-# batch 32, 32x32, C_in 3: 0.64; batch 16, 28x28, C_in 1: 0.73; the cnn
-# case's second layer (144 taps, 4x4): 5.4. The direct loops also compute
-# the padding's positions of each plane (a 3x3 kernel on an 8x8 plane:
-# 100 for 64 outputs), which small planes cannot afford; many taps favour
-# the GEMMs' blocking; beyond both, the columns' copies and the reorderings
+# Measured with scripts/bench_conv.py (float32, serial kernels, the sum of
+# each kernel's best time over a 3x3, padding-1 layer's forward and
+# backward, the input's gradient too when C_in > 1; direct / im2col; on 2
+# busy cores): batch 64, 16 outputs, 8x8: 1.01-1.06 at C_in 1 (the cnn
+# case's first layer), 0.90-1.03 at 2, 1.06-1.08 at 3, 1.09-1.24 at 4;
+# 16x16: 0.70-0.74 at C_in 1, 0.83-0.99 at 3, 1.02 at 8; batch 32, 32x32,
+# C_in 3: 0.64-0.70; batch 16, 28x28, C_in 1: 0.73; the cnn case's second
+# layer (144 taps, 4x4): 2.8-5.4. The direct loops also compute the
+# padding's positions of each plane (a 3x3 kernel on an 8x8 plane: 100 for
+# 64 outputs), which small planes cannot afford; many taps favour the
+# GEMMs' blocking; beyond both, the columns' copies and the reorderings
 # into and out of the GEMM's layout cost more than the direct loops.
 # Stride > 1 would waste the direct loops' work on the skipped positions.
 DIRECT_MAX_TAPS = 27
