@@ -11,7 +11,7 @@ import numbagrad as ng
 from conftest import compiled_matches_eager, cuda_dev, cuda_launches, inputs, matches_torch
 from numbagrad import kernels
 from numbagrad.ops import conv as conv_ops
-from numbagrad.ops.pool import relu_max_pool2d
+from numbagrad.ops.pool import _relu_max_pool2d as relu_max_pool2d
 from numbagrad.testing import gradcheck
 
 torch = pytest.importorskip("torch")

@@ -2,8 +2,8 @@
 activation whose op ``ops.linear`` applies in its GEMM epilogue runs as one
 ``ops.linear(..., activation=)``, one pass fewer over the output and one op
 fewer on the tape; a ``ReLU`` directly followed by a ``MaxPool2d`` (without
-``return_indices``) runs as one ``relu_max_pool2d`` (the same values and
-gradients as the two; the relu's output is never written).
+``return_indices``) runs as one ``ops.pool._relu_max_pool2d`` (the same
+values and gradients as the two; the relu's output is never written).
 
 Fusing here, where the layers are known, not as a pattern in ``ng.compile``:
 eager steps gain as much as compiled ones, a compiled step records the
@@ -18,7 +18,7 @@ from typing import Any
 from .. import ops
 from ..kernels import codes
 from ..ops._common import is_scalar
-from ..ops.pool import relu_max_pool2d
+from ..ops.pool import _relu_max_pool2d
 from .activation import ReLU
 from .conv import MaxPool2d
 from .layers import Linear
@@ -29,7 +29,7 @@ def _run_fused(modules: Sequence[Module], x: Any) -> Any:
     """``x`` through ``modules`` in order, each ``Linear`` (not a subclass)
     and the activation after it as one ``ops.linear`` where ``_epilogue``
     allows, and each ``ReLU`` followed by a ``MaxPool2d`` (neither a
-    subclass, the pool without ``return_indices``) as one ``relu_max_pool2d``."""
+    subclass, the pool without ``return_indices``) as one ``_relu_max_pool2d``."""
     i, n = 0, len(modules)
     while i < n:
         module = modules[i]
@@ -43,8 +43,8 @@ def _run_fused(modules: Sequence[Module], x: Any) -> Any:
         if type(module) is ReLU and i < n and type(modules[i]) is MaxPool2d \
                 and not modules[i].return_indices:
             pool = modules[i]
-            x = relu_max_pool2d(x, pool.kernel_size, pool.stride, pool.padding, pool.dilation,
-                                pool.ceil_mode)
+            x = _relu_max_pool2d(x, pool.kernel_size, pool.stride, pool.padding,
+                                 pool.dilation, pool.ceil_mode)
             i += 1
             continue
         x = module(x)

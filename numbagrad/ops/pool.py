@@ -68,9 +68,10 @@ def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
                      "max_pool2d")
 
 
-def relu_max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
-                    dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
-    """``max_pool2d(relu(x), ...)`` as one op, one kernel each way and no
+def _relu_max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                     dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+    """``max_pool2d(relu(x), ...)`` as one op (no public row: ``nn.Sequential``
+    reaches it), one kernel each way and no
     relu output in memory: the window's max, or 0 where it is <= 0 (a nan
     stays nan). Its gradient is the chain's, PyTorch's exactly: relu passes
     none where its output is 0, so a window whose max is <= 0 passes none;
