@@ -250,8 +250,10 @@ def test_compiled_cnn_is_bit_identical_to_eager(tmp_path):
 
 
 # ------------------------------------------------------------ CUDA launches
-def test_cuda_launch_bound():
+def test_cuda_launch_bound(monkeypatch):
     dev = cuda_dev()
+    # the im2col path's (tests/test_conv_direct.py: the direct one's)
+    monkeypatch.setattr(ng.ops.conv, "DIRECT_MAX_TAPS", 0)
     x, w, b = inputs([(2, 2, 3, 3), (2, 2, 2, 2), (2,)], seed=1)
     wp, bp = dev.param(w), dev.param(b)
     # forward: im2col, the bias, the GEMM, the reorder to NCHW;

@@ -1,7 +1,14 @@
 """Which layers ``Sequential`` fuses: a ``Linear`` directly followed by an
 activation whose op ``ops.linear`` applies in its GEMM epilogue runs as one
 ``ops.linear(..., activation=)``, one pass fewer over the output and one op
-fewer on the tape.
+fewer on the tape; a ``ReLU`` directly followed by a ``MaxPool2d`` (without
+``return_indices``) runs as one ``ops.pool._relu_max_pool2d`` (the same
+values and gradients as the two; the relu's output is never written).
+
+Fusing here, where the layers are known, not as a pattern in ``ng.compile``:
+eager steps gain as much as compiled ones, a compiled step records the
+fused kernels as it records any op, and the functional calls a user writes
+(``ng.max_pool2d(ng.relu(x))``) run as written.
 """
 from __future__ import annotations
 
@@ -11,6 +18,9 @@ from typing import Any
 from .. import ops
 from ..kernels import codes
 from ..ops._common import is_scalar
+from ..ops.pool import _relu_max_pool2d
+from .activation import ReLU
+from .conv import MaxPool2d
 from .layers import Linear
 from .module import Module
 
@@ -18,7 +28,8 @@ from .module import Module
 def _run_fused(modules: Sequence[Module], x: Any) -> Any:
     """``x`` through ``modules`` in order, each ``Linear`` (not a subclass)
     and the activation after it as one ``ops.linear`` where ``_epilogue``
-    allows."""
+    allows, and each ``ReLU`` followed by a ``MaxPool2d`` (neither a
+    subclass, the pool without ``return_indices``) as one ``_relu_max_pool2d``."""
     i, n = 0, len(modules)
     while i < n:
         module = modules[i]
@@ -29,6 +40,13 @@ def _run_fused(modules: Sequence[Module], x: Any) -> Any:
                 x = ops.linear(x, module.weight, module.bias, *activation)
                 i += 1
                 continue
+        if type(module) is ReLU and i < n and type(modules[i]) is MaxPool2d \
+                and not modules[i].return_indices:
+            pool = modules[i]
+            x = _relu_max_pool2d(x, pool.kernel_size, pool.stride, pool.padding,
+                                 pool.dilation, pool.ceil_mode)
+            i += 1
+            continue
         x = module(x)
     return x
 

@@ -15,6 +15,13 @@ the like, which OpenBLAS runs faster than their transposes on small
 channel counts (measured 1.3-1.5x on a digits CNN's second convolution).
 ``conv1d`` is ``conv2d`` of height 1.
 
+A convolution of one group at stride 1 whose outputs sum at most
+``DIRECT_MAX_TAPS`` taps (C_in * KH * KW: a CNN's first layers) over
+planes of at least ``DIRECT_MIN_OUTPUTS`` outputs runs without columns
+instead (``kernels/cpu/conv.py``'s ``conv2d_direct``):
+NCHW in and out as they are, no reorderings; its weight and bias gradients
+are one kernel, its input gradient another.
+
 A transposed convolution is the input gradient of a convolution, and is
 computed as that one is: a GEMM into columns that ``col2im`` adds up into
 the output (onto the bias); its gradient is that convolution's forward
@@ -25,7 +32,7 @@ one group the GEMMs read x and write dx per image in NCHW as they are.
 CUDA launches: at most 4 per forward (im2col, the bias, the GEMM and the
 reordering into NCHW) and, in the backward, 1 for the reordering of the
 output gradient plus 1 for the bias, 1 for the weight and 2 for the input
-gradient.
+gradient; on the direct path 1 forward and at most 3 backward (dW, db, dx).
 """
 from __future__ import annotations
 
@@ -182,6 +189,9 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
                   out_shape: tuple) -> Tensor:
     n, channels, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank \
         = geometry
+    if groups == 1 and sh == sw == 1 and channels * kh * kw <= DIRECT_MAX_TAPS \
+            and oh * ow >= DIRECT_MIN_OUTPUTS:
+        return _direct_forward(x, weight, bias, geometry, out_shape)
     kern, dtype = x._kern, x._data.dtype
     cout = weight.shape[0]
     cout_g, k_g, length = cout // groups, channels // groups * kh * kw, n * oh * ow
@@ -235,6 +245,69 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         dest, beta = ctx.dest(x)
         kernels.call(kern, "col2im", dest.size, dcols, _as4d(dest, x.shape, is_batched, rank),
                      sh, sw, ph, pw, dh, dw, beta)
+
+
+# The direct (im2col-free) convolution runs a convolution of one group at
+# stride 1 whose outputs each sum at most DIRECT_MAX_TAPS taps (C_in * KH *
+# KW) and whose output planes have at least DIRECT_MIN_OUTPUTS positions.
+# Measured with scripts/bench_conv.py (float32, serial kernels, the sum of
+# each kernel's best time over a 3x3, padding-1 layer's forward and
+# backward, the input's gradient too when C_in > 1; direct / im2col; on 2
+# busy cores): batch 64, 16 outputs, 8x8: 1.01-1.06 at C_in 1 (the cnn
+# case's first layer), 0.90-1.03 at 2, 1.06-1.08 at 3, 1.09-1.24 at 4;
+# 16x16: 0.70-0.74 at C_in 1, 0.83-0.99 at 3, 1.02 at 8; batch 32, 32x32,
+# C_in 3: 0.64-0.70; batch 16, 28x28, C_in 1: 0.73; the cnn case's second
+# layer (144 taps, 4x4): 2.8-5.4. The direct loops also compute the
+# padding's positions of each plane (a 3x3 kernel on an 8x8 plane: 100 for
+# 64 outputs), which small planes cannot afford; many taps favour the
+# GEMMs' blocking; beyond both, the columns' copies and the reorderings
+# into and out of the GEMM's layout cost more than the direct loops.
+# Stride > 1 would waste the direct loops' work on the skipped positions.
+DIRECT_MAX_TAPS = 27
+DIRECT_MIN_OUTPUTS = 256
+
+
+def _direct_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tuple,
+                    out_shape: tuple) -> Tensor:
+    """The convolution by ``conv2d_direct`` (one group, few taps): no columns,
+    and NCHW in and out as they are."""
+    n, channels, _, (kh, kw), _, (ph, pw), (dh, dw), _, is_batched, rank = geometry
+    kern, dtype = x._kern, x._data.dtype
+    cout = weight.shape[0]
+    x4 = _as4d(contiguous(x), x.shape, is_batched, rank)
+    w4 = reshaped(contiguous(weight), (cout, channels, kh, kw))
+    out = buffers.take(kern, out_shape, dtype)
+    # without a bias the kernel reads none: any array of the dtype stands in
+    b = reshaped(w4, (w4.size,)) if bias is None else contiguous(bias)
+    kernels.call(kern, "conv2d_direct", out.size, x4, w4, b,
+                 _as4d(out, out_shape, is_batched, rank), ph, pw, dh, dw, bias is not None)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return result(out, kern, inputs, _direct_backward, (x4, w4, geometry))
+
+
+def _direct_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    x, weight = node.inputs[:2]
+    x4, w4, geometry = node.saved
+    n, _, _, _, _, (ph, pw), (dh, dw), (oh, ow), is_batched, rank = geometry
+    kern, dtype = x._kern, w4.dtype
+    cout = w4.shape[0]
+    g = ones(kern, (n, cout, oh, ow), dtype) if gout is None else gout
+    g4 = reshaped(g, (n, cout, oh, ow))
+    bias = node.inputs[2] if len(node.inputs) == 3 and node.inputs[2].requires_grad else None
+    if weight.requires_grad:   # (with db, the sums over N, OH, OW, when the bias needs it)
+        dest, beta = ctx.dest(weight)
+        bias_dest, bias_beta = ctx.dest(bias) if bias is not None else (reshaped(
+            dest, (dest.size,)), 0.0)
+        kernels.call(kern, "conv2d_direct_weight", w4.size, g4, x4, reshaped(dest, w4.shape),
+                     bias_dest, ph, pw, dh, dw, beta, bias_beta, bias is not None)
+    elif bias is not None:
+        dest, beta = ctx.dest(bias)
+        reduce_into(kern, reshaped(g, (n, cout, oh * ow)), reshaped(dest, (1, cout, 1)), 1.0,
+                    beta)
+    if x.requires_grad:
+        dest, beta = ctx.dest(x)
+        kernels.call(kern, "conv2d_direct_input", dest.size, g4, w4,
+                     _as4d(dest, x.shape, is_batched, rank), ph, pw, dh, dw, beta)
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,

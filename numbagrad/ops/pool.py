@@ -64,14 +64,34 @@ def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
     ``return_indices``: (out, indices), the indices int64 positions
     h * W + w of each max in its input plane, as PyTorch's (a NumPy array on
     "cpu", a device array on "cuda", as ``argmax``'s), for ``max_unpool2d``."""
-    op = "max_pool2d"
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                     "max_pool2d")
+
+
+def _relu_max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                     dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+    """``max_pool2d(relu(x), ...)`` as one op (no public row: ``nn.Sequential``
+    reaches it), one kernel each way and no
+    relu output in memory: the window's max, or 0 where it is <= 0 (a nan
+    stays nan). Its gradient is the chain's, PyTorch's exactly: relu passes
+    none where its output is 0, so a window whose max is <= 0 passes none;
+    else the window's first max (row-major) gets it, which is relu(x)'s
+    first max too. ``nn.Sequential`` runs a ``ReLU`` directly followed by a
+    ``MaxPool2d`` (without ``return_indices``) as this op (``nn/fusion.py``)."""
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, False,
+                     "relu_max_pool2d")
+
+
+def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+              ceil_mode: Any, return_indices: bool, op: str) -> Any:
+    """``op`` ("max_pool2d" or "relu_max_pool2d", the kernel's name too)."""
     x, is_batched, shape4, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _window(
         x, kernel_size, stride, padding, dilation, ceil_mode, op)
     kern, dtype = x._kern, x._data.dtype
     out = buffers.take(kern, x.shape[:-2] + (oh, ow), dtype)
     idx = buffers.take(kern, shape4[:2] + (oh, ow), np.int64)   # (ng.compile: a temp)
     out4 = _as4d(out, out.shape, is_batched, 2)
-    kernels.call(kern, "max_pool2d", out.size, _as4d(contiguous(x), x.shape, is_batched, 2),
+    kernels.call(kern, op, out.size, _as4d(contiguous(x), x.shape, is_batched, 2),
                  out4, idx, kh, kw, sh, sw, ph, pw, dh, dw)
     out = result(out, kern, (x,), _max_pool2d_backward,
                  (idx, out.shape, is_batched, (kh, kw, sh, sw, ph, pw, dh, dw)))

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 # the kernels this module registers
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
-           "avg_pool2d_backward", "col2im", "im2col", "max_pool2d", "max_pool2d_backward",
-           "max_unpool2d", "max_unpool2d_backward"]
+           "avg_pool2d_backward", "col2im", "conv2d_direct", "conv2d_direct_input",
+           "conv2d_direct_weight", "im2col", "max_pool2d", "max_pool2d_backward",
+           "max_unpool2d", "max_unpool2d_backward", "relu_max_pool2d"]
 
 import math
 
@@ -96,9 +97,8 @@ def _col2im_source(config: Config, dtype):
     return col2im_kernel
 
 
-@kernel("max_pool2d", lambda dt: (_a(dt, 4), _a(dt, 4), array_type(int64, 4), _I, _I, _I, _I,
-                                  _I, _I, _I, _I))
-def _max_pool2d_source(config: Config, dtype):
+def _max_pool_source(relu: bool):
+    """The max_pool2d kernel; with ``relu`` relu_max_pool2d's (see the CPU's)."""
     def max_pool2d_kernel(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
         N, C, OH, OW = out.shape
         H, W = x.shape[2], x.shape[3]
@@ -123,11 +123,28 @@ def _max_pool2d_source(config: Config, dtype):
                             if v > best or v != v:
                                 best = v
                                 at = h * W + w
+            if relu and best <= 0:
+                best = 0.0
+                at = -1
             out[n, c, oh, ow] = best
             idx[n, c, oh, ow] = at
             k += cuda.gridsize(1)
 
     return max_pool2d_kernel
+
+
+_POOL_SIGNATURE = lambda dt: (_a(dt, 4), _a(dt, 4), array_type(int64, 4),  # noqa: E731
+                              _I, _I, _I, _I, _I, _I, _I, _I)
+
+
+@kernel("max_pool2d", _POOL_SIGNATURE)
+def _max_pool2d_source(config: Config, dtype):
+    return _max_pool_source(False)
+
+
+@kernel("relu_max_pool2d", _POOL_SIGNATURE)
+def _relu_max_pool2d_source(config: Config, dtype):
+    return _max_pool_source(True)
 
 
 @kernel("max_pool2d_backward", lambda dt: (_a(dt, 4), array_type(int64, 4), _a(dt, 4), _I, _I,
@@ -289,6 +306,104 @@ def _max_unpool2d_backward_source(config: Config, dtype):
     return max_unpool2d_backward_kernel
 
 
+# ------------------------------------------------------------ direct convolution
+# (the CPU's conv2d_direct*: one group, stride 1; here one thread per written
+# element, summing in float64 in the CPU kernels' order of taps)
+@kernel("conv2d_direct", lambda dt: (_a(dt, 4), _a(dt, 4), _a(dt, 1), _a(dt, 4), _I, _I, _I,
+                                     _I, _B))
+def _conv2d_direct_source(config: Config, dtype):
+    def conv2d_direct_kernel(x, weight, bias, out, ph, pw, dh, dw, has_bias):
+        O, OH, OW = out.shape[1], out.shape[2], out.shape[3]
+        C, H, W = x.shape[1], x.shape[2], x.shape[3]
+        KH, KW = weight.shape[2], weight.shape[3]
+        k = cuda.grid(1)
+        while k < out.size:
+            n, o, oh, ow = _nchw(k, O, OH, OW)
+            acc = 0.0
+            if has_bias:
+                acc += bias[o]
+            for c in range(C):
+                for i in range(KH):
+                    h = oh - ph + i * dh
+                    for j in range(KW):
+                        w = ow - pw + j * dw
+                        if 0 <= h < H and 0 <= w < W:
+                            acc += weight[o, c, i, j] * x[n, c, h, w]
+            out[n, o, oh, ow] = acc
+            k += cuda.gridsize(1)
+
+    return conv2d_direct_kernel
+
+
+@kernel("conv2d_direct_input", lambda dt: (_a(dt, 4), _a(dt, 4), _a(dt, 4), _I, _I, _I, _I,
+                                           dt))
+def _conv2d_direct_input_source(config: Config, dtype):
+    def conv2d_direct_input_kernel(g, weight, dest, ph, pw, dh, dw, beta):
+        C, H, W = dest.shape[1], dest.shape[2], dest.shape[3]
+        O, OH, OW = g.shape[1], g.shape[2], g.shape[3]
+        KH, KW = weight.shape[2], weight.shape[3]
+        k = cuda.grid(1)
+        while k < dest.size:
+            n, c, h, w = _nchw(k, C, H, W)
+            acc = 0.0
+            for o in range(O):
+                for i in range(KH):
+                    oh = h + ph - i * dh
+                    for j in range(KW):
+                        ow = w + pw - j * dw
+                        if 0 <= oh < OH and 0 <= ow < OW:
+                            acc += weight[o, c, i, j] * g[n, o, oh, ow]
+            _put(dest, n, c, h, w, acc, beta)
+            k += cuda.gridsize(1)
+
+    return conv2d_direct_input_kernel
+
+
+@kernel("conv2d_direct_weight", lambda dt: (_a(dt, 4), _a(dt, 4), _a(dt, 4), _I, _I, _I, _I,
+                                            dt))
+def _conv2d_direct_weight_source(config: Config, dtype):
+    def conv2d_direct_weight_kernel(g, x, dest, ph, pw, dh, dw, beta):
+        C, KH, KW = dest.shape[1], dest.shape[2], dest.shape[3]
+        N, OH, OW = g.shape[0], g.shape[2], g.shape[3]
+        H, W = x.shape[2], x.shape[3]
+        k = cuda.grid(1)
+        while k < dest.size:
+            o, c, i, j = _nchw(k, C, KH, KW)
+            acc = 0.0
+            for n in range(N):
+                for oh in range(OH):
+                    h = oh - ph + i * dh
+                    if 0 <= h < H:
+                        for ow in range(OW):
+                            w = ow - pw + j * dw
+                            if 0 <= w < W:
+                                acc += g[n, o, oh, ow] * x[n, c, h, w]
+            _put(dest, o, c, i, j, acc, beta)
+            k += cuda.gridsize(1)
+
+    return conv2d_direct_weight_kernel
+
+
+@kernel("conv2d_direct_bias", lambda dt: (_a(dt, 4), _a(dt, 1), dt))
+def _conv2d_direct_bias_source(config: Config, dtype):
+    def conv2d_direct_bias_kernel(g, dest, beta):
+        N, O, OH, OW = g.shape
+        o = cuda.grid(1)
+        while o < O:
+            acc = 0.0
+            for n in range(N):
+                for oh in range(OH):
+                    for ow in range(OW):
+                        acc += g[n, o, oh, ow]
+            if beta == 0.0:
+                dest[o] = acc
+            else:
+                dest[o] = acc + beta * dest[o]
+            o += cuda.gridsize(1)
+
+    return conv2d_direct_bias_kernel
+
+
 # ------------------------------------------------------------ launchers
 def _run(name: str, size: int, out, *args) -> None:
     if size:
@@ -311,6 +426,34 @@ def max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw) -> None:
     """See ``kernels.cpu.max_pool2d``."""
     _run("max_pool2d", out.size, out, x, out, idx, int(kh), int(kw), int(sh), int(sw), int(ph),
          int(pw), int(dh), int(dw))
+
+
+def relu_max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw) -> None:
+    """See ``kernels.cpu.relu_max_pool2d``."""
+    _run("relu_max_pool2d", out.size, out, x, out, idx, int(kh), int(kw), int(sh), int(sw),
+         int(ph), int(pw), int(dh), int(dw))
+
+
+def conv2d_direct(x, weight, bias, out, ph, pw, dh, dw, has_bias) -> None:
+    """See ``kernels.cpu.conv2d_direct``."""
+    _run("conv2d_direct", out.size, out, x, weight, bias, out, int(ph), int(pw), int(dh),
+         int(dw), bool(has_bias))
+
+
+def conv2d_direct_input(g, weight, dest, ph, pw, dh, dw, beta) -> None:
+    """See ``kernels.cpu.conv2d_direct_input``."""
+    _run("conv2d_direct_input", dest.size, dest, g, weight, dest, int(ph), int(pw), int(dh),
+         int(dw), dest.dtype.type(beta))
+
+
+def conv2d_direct_weight(g, x, dest, bias_dest, ph, pw, dh, dw, beta, bias_beta,
+                         has_bias) -> None:
+    """See ``kernels.cpu.conv2d_direct_weight``: a second launch for the bias."""
+    _run("conv2d_direct_weight", dest.size, dest, g, x, dest, int(ph), int(pw), int(dh),
+         int(dw), dest.dtype.type(beta))
+    if has_bias:
+        _run("conv2d_direct_bias", bias_dest.size, bias_dest, g, bias_dest,
+             bias_dest.dtype.type(bias_beta))
 
 
 def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta) -> None:
