@@ -241,10 +241,9 @@ def contiguous_array(kern: ModuleType, data: Any) -> Any:
     if kern.is_c_contiguous(data):
         return data
     copy = buffers.take(kern, data.shape, data.dtype)
-    if len(data.shape) <= 2:
-        kernels.call(kern, "unary", copy.size, 0, view2d(data), view2d(copy), 0.0, 1.0, 0.0)
-    else:
-        copy_strided(kern, data, copy)
+    # the copy kernel, not unary's identity: unary compiles its whole ladder of
+    # codes for each layout and dtype it meets, a copy needs none of it
+    copy_strided(kern, data, copy)
     return copy
 
 
