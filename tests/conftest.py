@@ -185,6 +185,29 @@ def compiled_matches_eager(make, batches, cache_dir, same_random=False):
     return step
 
 
+class KernelNames:
+    """A ``kernels.observe`` observer that keeps the names of the kernels that
+    run (``names``) and leaves allocations and copies alone."""
+
+    def __init__(self):
+        self.names = []
+
+    def kernel(self, fn, name, args):
+        self.names.append(name)
+
+    def allocated(self, array):
+        pass
+
+    def temp(self, kern, shape, dtype):
+        return None
+
+    def host_read(self):
+        pass
+
+    def host_copy(self, copy, source):
+        pass
+
+
 def cuda_launches(f, x) -> tuple[int, int]:
     """CUDA launches of ``out = f(x)`` recorded on a tape, and of its node's
     backward given a gradient of ones (the op alone, no seed)."""

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
-from conftest import compiled_matches_eager, cuda_dev, cuda_launches, inputs, matches_torch
+from conftest import (KernelNames, compiled_matches_eager, cuda_dev, cuda_launches, inputs,
+                      matches_torch)
 from numbagrad import kernels
 from numbagrad.ops import conv as conv_ops
 from numbagrad.ops.pool import _relu_max_pool2d as relu_max_pool2d
@@ -27,31 +28,9 @@ def small_planes(monkeypatch):
     monkeypatch.setattr(conv_ops, "DIRECT_MIN_OUTPUTS", 1)
 
 
-class _Names:
-    """An observer that keeps the names of the kernels that run."""
-
-    def __init__(self):
-        self.names = []
-
-    def kernel(self, fn, name, args):
-        self.names.append(name)
-
-    def allocated(self, array):
-        pass
-
-    def temp(self, kern, shape, dtype):
-        return None
-
-    def host_read(self):
-        pass
-
-    def host_copy(self, copy, source):
-        pass
-
-
 def _kernel_names(fn):
     """The kernels ``fn()`` runs (forward on a tape, and its backward)."""
-    seen = _Names()
+    seen = KernelNames()
     with kernels.observe(seen):
         fn()
     return seen.names

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import numbagrad as ng
-from conftest import assert_grads_like_torch, inputs
+from conftest import KernelNames, assert_grads_like_torch, inputs
 from numbagrad import kernels
 from numbagrad.ops import numpy_api
 from numbagrad.ops.table import FUNCTIONS, OPS, UFUNCS
@@ -81,28 +81,6 @@ OTHERS = [
 ]
 
 
-class Calls:
-    """An observer that notes every kernel call (none may run on an error)."""
-
-    def __init__(self):
-        self.names = []
-
-    def kernel(self, fn, name, args):
-        self.names.append(name)
-
-    def allocated(self, array):
-        pass
-
-    def temp(self, kern, shape, dtype):
-        return None
-
-    def host_read(self):
-        pass
-
-    def host_copy(self, copy, source):
-        pass
-
-
 @pytest.mark.parametrize("name, shapes, f, g", LISTED, ids=[c[0] for c in LISTED])
 def test_listed_functions_run_the_op(dev, name, shapes, f, g):
     arrays = inputs(shapes, 1)
@@ -126,7 +104,7 @@ def test_listed_functions_run_the_op(dev, name, shapes, f, g):
 def test_other_functions_raise_naming_the_alternative(taped):
     x = ng.param(np.array([[1.0, -2.0], [0.5, 3.0]]))
     for fn, match in OTHERS:
-        calls = Calls()
+        calls = KernelNames()
         with kernels.observe(calls):
             if taped:
                 with ng.grad_tape():
@@ -157,7 +135,7 @@ def test_numpy_arguments_the_op_lacks_are_clear_errors():
              (lambda: np.mean(x, dtype=np.float32), "numpy.mean .*float64: dtype=float32"),
              (lambda: np.mean(x, where=np.ones((2, 3), bool)), "numpy.mean .*'where'")]
     for fn, match in cases:
-        calls = Calls()
+        calls = KernelNames()
         with kernels.observe(calls), ng.grad_tape():
             with pytest.raises(TypeError, match=match):
                 fn()
