@@ -9,7 +9,8 @@ import pytest
 import numbagrad as ng
 from numbagrad import kernels
 from numbagrad.kernels import _typed_calls
-from test_numpy_api import Calls
+
+from conftest import KernelNames
 
 
 def test_boolean_operands_take_the_checked_path_and_its_error():
@@ -56,7 +57,7 @@ def test_hot_tables_fill_serve_the_tiny_step_and_empty_under_an_observer(typed_u
     tol = 1e-5 if dtype is np.float32 else 1e-12
     np.testing.assert_allclose(losses, [np.mean(resid ** 2)] * 3, rtol=tol)
     np.testing.assert_allclose(w.grad, 3 * (resid @ x0.T), rtol=tol)   # 2/2 * r x^T, 3 times
-    seen = Calls()
+    seen = KernelNames()
     with kernels.observe(seen):   # emptied: the observer is told of every call
         assert not hot_gemm and not hot_mse
         with ng.grad_tape():
