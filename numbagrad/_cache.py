@@ -36,6 +36,7 @@ import hashlib
 import inspect
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from stat import S_ISDIR, S_ISREG
@@ -342,6 +343,50 @@ def stamp_numba_cache() -> bool:
     return True
 
 
+class _GeneratedLocator:
+    """Numba's cache locator for a function numbagrad generates (a dispatch
+    ladder: ``kernels.dispatch.ladder`` with an ``origin``, whose source is
+    named ``<numbagrad dispatch ...>``): no stock locator takes a
+    source without a file; this one asks them for the file of the numbagrad
+    module that made it, so the function is cached, and stamped, as one
+    defined there (its index key also holds its bytecode)."""
+
+    @classmethod
+    def from_function(cls, py_func: Any, py_file: str) -> Any:
+        module = sys.modules.get(getattr(py_func, "__module__", None) or "")
+        origin = getattr(module, "__file__", None)
+        if not (py_file.startswith("<numbagrad dispatch ") and isinstance(origin, str)
+                and module.__name__.startswith("numbagrad.")):
+            return None
+        for stock in _STOCK_LOCATORS:
+            locator = stock.from_function(py_func, origin)
+            if locator is not None:
+                return locator
+        return None
+
+
+_STOCK_LOCATORS = tuple(getattr(caching, n) for n in (
+    "UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")
+    if hasattr(caching, n))
+
+
+def locate_generated() -> bool:
+    """Let ``@njit(cache=True)`` cache the functions numbagrad generates with
+    an origin (``_GeneratedLocator``, first in Numba's list of locators),
+    when Numba's cache machinery is as expected; otherwise change nothing
+    (they are then compiled with ``cache=False``). True when installed.
+    A ladder block compiles its ~25 loops in ~20 s: cached, a kernel
+    compiled for a new signature reuses it, in this process or a later one."""
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    classes = getattr(impl, "_locator_classes", None)
+    if not isinstance(classes, list) or len(_STOCK_LOCATORS) != 3:
+        return False
+    if _GeneratedLocator not in classes:
+        classes.insert(0, _GeneratedLocator)
+    return True
+
+
 ensure_numba_cache()
 numba_cache_guarded = guard_numba_cache()
 numba_cache_stamped = stamp_numba_cache()
+generated_cached = locate_generated()

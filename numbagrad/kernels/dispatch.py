@@ -17,17 +17,22 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 _serial = itertools.count()
+_stable: set[str] = set()    # the source names of the ladders made with an origin
 
 
 def ladder(name: str, params: str, codes: Iterable[int], body: str,
-           namespace: Mapping[str, Any], error: str, otherwise: str | None = None) -> Callable:
+           namespace: Mapping[str, Any], error: str, otherwise: str | None = None,
+           origin: str | None = None) -> Callable:
     """A plain Python function ``name(code, <params>)``: for each of ``codes``,
     a branch that runs ``body`` (one statement, ``{code}`` standing for the
     constant), and a last one that raises ``ValueError(error)`` (or, given
     ``otherwise``, runs that statement: a ladder over some codes that hands
     the rest on). The names the statements use come from ``namespace``; the
     caller compiles the function (``njit``, ``cuda.jit(device=True)``) or
-    runs it as it is."""
+    runs it as it is. Given ``origin`` (the name of the module that makes
+    it, once), the function belongs to that module, its source's name is
+    stable across processes, and Numba may cache it beside that module's
+    file (``numbagrad._cache``)."""
     lines = [f"def {name}(code{', ' if params else ''}{params}):"]
     for i, code in enumerate(codes):
         lines += [f"    {'if' if i == 0 else 'elif'} code == {int(code)}:",
@@ -35,9 +40,18 @@ def ladder(name: str, params: str, codes: Iterable[int], body: str,
     lines += ["    else:" if len(lines) > 1 else "    if True:",
               f"        {otherwise}" if otherwise else f"        raise ValueError({error!r})"]
     source = "\n".join(lines) + "\n"
-    filename = f"<numbagrad dispatch {name} {next(_serial)}>"
+    if origin is None:
+        filename = f"<numbagrad dispatch {name} {next(_serial)}>"
+    else:
+        # (Numba names the cache files after the last part: "elementwise-_unary_block")
+        filename = f"<numbagrad dispatch {origin.replace('.', '/')}-{name}>"
+        if filename in _stable:
+            raise ValueError(f"dispatch.ladder: {origin} makes a ladder {name!r} twice")
+        _stable.add(filename)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     scope = dict(namespace)
+    if origin is not None:
+        scope["__name__"] = origin
     exec(compile(source, filename, "exec"), scope)   # noqa: S102 (our own generated source)
     fn = scope[name]
     fn.__source__ = source

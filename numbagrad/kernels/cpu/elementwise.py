@@ -23,7 +23,9 @@ from collections.abc import Callable
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
+from ... import _cache
 from .. import dispatch, bodies, codes
 from ._threads import SPAN, _cast_like
 # codes.unary/unary_grad, with vectorisable forms for float32 (vmath's docstring)
@@ -101,6 +103,27 @@ def scaled_add_mt(g, x, beta, y):
         _scaled_span(a, xs, b, ys, t * SPAN, min(t * SPAN + SPAN, n))
 
 
+def _one_layout(arrays):
+    """``arrays`` (a tuple of 2-D arrays) as the blocks take them: unchanged
+    when all are C-contiguous, else each as a read-only "A" (any strides)
+    view, the type the N-d kernels' broadcast views have (jitted code only)."""
+    return arrays
+
+
+@overload(_one_layout, inline="always")
+def _one_layout_impl(arrays):
+    # A block's ladder compiles its ~25 loops once per operand type (~20 s):
+    # so transposed ("F") and sliced ("A") operands, here and in the N-d
+    # kernels, share one.
+    if all(a.layout == "C" for a in arrays):
+        return lambda arrays: arrays
+    scope: dict = {"np": np}
+    views = "".join(f"np.broadcast_to(arrays[{i}], arrays[{i}].shape), "
+                    for i in range(len(arrays)))
+    exec(f"def impl(arrays):\n    return ({views})\n", scope)
+    return scope["impl"]
+
+
 @njit(error_model="numpy", inline="always")
 def _grid(rows, cols):
     """Blocks of about SPAN elements over a (rows, cols) destination: (rows
@@ -143,11 +166,13 @@ def _ladder(name: str, loop: Callable, params: str, count: int, shared: Callable
     """``name(code, <params>)``: ``loop(<code>, <lead><params>)`` with the code a
     constant, one branch per record (``dispatch.ladder``), except the
     records without a loop of their own (``shared_codes``), which
-    ``shared(code, <lead><params>)`` runs; it raises for any other code."""
+    ``shared(code, <lead><params>)`` runs; it raises for any other code.
+    Cached on disk where Numba allows (``_cache.generated_cached``)."""
     own = [c for c in range(count) if c not in shared_codes]
-    return njit(error_model="numpy")(dispatch.ladder(
+    return njit(error_model="numpy", cache=_cache.generated_cached)(dispatch.ladder(
         name, params, own, f"_loop({{code}}, {lead}{params})", {"_loop": loop, "_shared": shared},
-        f"{name.strip('_')}: unknown op code", otherwise=f"_shared(code, {lead}{params})"))
+        f"{name.strip('_')}: unknown op code", otherwise=f"_shared(code, {lead}{params})",
+        origin=__name__))
 
 
 def _member(name: str, members: frozenset) -> Callable:
@@ -186,6 +211,7 @@ _unary_block = _ladder("_unary_block", _unary_loop, f"x, out, p, alpha, beta, {_
 @njit(cache=True, error_model="numpy")
 def unary(code, x, out, p, alpha, beta):
     """out = alpha * f(x) + beta * out, with ``x`` broadcast to ``out``."""
+    (x,) = _one_layout((x,))
     pc, ac, bc = _cast_like(out, p), _cast_like(out, alpha), _cast_like(out, beta)
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -198,6 +224,7 @@ def unary(code, x, out, p, alpha, beta):
 def unary_mt(code, x, out, p, alpha, beta):
     """``unary`` on threads: the same blocks, shared among them."""
     _known(code, codes.N_UNARY)
+    (x,) = _one_layout((x,))
     pc, ac, bc = _cast_like(out, p), _cast_like(out, alpha), _cast_like(out, beta)
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -230,6 +257,7 @@ _unary_backward_block = _ladder("_unary_backward_block", _unary_backward_loop,
 @njit(cache=True, error_model="numpy")
 def unary_backward(code, x, y, gout, dest, beta, p):
     """dest = gout * f'(x) + beta * dest (all the same 2-D shape)."""
+    (x,) = _one_layout((x,))
     bc, pc = _cast_like(dest, beta), _cast_like(dest, p)
     rows, cols = dest.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -243,6 +271,7 @@ def unary_backward(code, x, y, gout, dest, beta, p):
 def unary_backward_mt(code, x, y, gout, dest, beta, p):
     """``unary_backward`` on threads: the same blocks, shared among them."""
     _known(code, codes.N_UNARY)
+    (x,) = _one_layout((x,))
     bc, pc = _cast_like(dest, beta), _cast_like(dest, p)
     rows, cols = dest.shape
     rb, cb, nr, nc = _grid(rows, cols)
@@ -286,6 +315,7 @@ _binary_block = _ladder("_binary_block", _binary_loop, f"a, b, out, {_BLOCK}", c
 @njit(cache=True, error_model="numpy")
 def binary(code, a, b, out):
     """out = a op b, ``a`` and ``b`` broadcast to ``out``."""
+    a, b = _one_layout((a, b))
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
     for t in range(nr * nc):
@@ -297,6 +327,7 @@ def binary(code, a, b, out):
 def binary_mt(code, a, b, out):
     """``binary`` on threads: the same blocks, shared among them."""
     _known(code, codes.N_BINARY)
+    a, b = _one_layout((a, b))
     rows, cols = out.shape
     rb, cb, nr, nc = _grid(rows, cols)
     for t in prange(nr * nc):
@@ -372,6 +403,7 @@ def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
     The tasks: the blocks of ``da``, then those of ``db``; each destination
     element is one independent sum (a 1x1 destination, a sum over
     everything, is one task)."""
+    a, b = _one_layout((a, b))
     ba, bb = _cast_like(da, beta_a), _cast_like(db, beta_b)
     grid_a, grid_b = _grid(da.shape[0], da.shape[1]), _grid(db.shape[0], db.shape[1])
     tasks_a = grid_a[2] * grid_a[3] if need_a else 0
@@ -384,6 +416,7 @@ def binary_backward(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
 def binary_backward_mt(code, a, b, gout, da, beta_a, need_a, db, beta_b, need_b):
     """``binary_backward`` on threads: the same tasks, shared among them."""
     _known(code, codes.N_BINARY)
+    a, b = _one_layout((a, b))
     ba, bb = _cast_like(da, beta_a), _cast_like(db, beta_b)
     grid_a, grid_b = _grid(da.shape[0], da.shape[1]), _grid(db.shape[0], db.shape[1])
     tasks_a = grid_a[2] * grid_a[3] if need_a else 0

@@ -126,9 +126,10 @@ def unary_nd_backward(code, x, y, gout, dest, beta, p):
     if dest.size == 0:
         return
     bc, pc = _cast_like(dest, beta), _cast_like(dest, p)
+    xb = np.broadcast_to(x, dest.shape)   # (the 2-D kernel's type for a strided x)
     rows, cols = dest.shape[-2], dest.shape[-1]
     for idx in np.ndindex(dest.shape[:-2]):
-        _unary_backward_block(code, x[idx], y[idx], gout[idx], dest[idx], bc, pc, 0, rows, 0,
+        _unary_backward_block(code, xb[idx], y[idx], gout[idx], dest[idx], bc, pc, 0, rows, 0,
                               cols)
 
 
