@@ -349,7 +349,17 @@ class _GeneratedLocator:
     named ``<numbagrad dispatch ...>``): no stock locator takes a
     source without a file; this one asks them for the file of the numbagrad
     module that made it, so the function is cached, and stamped, as one
-    defined there (its index key also holds its bytecode)."""
+    defined there, its stamp extended by its own source and the globals it
+    names (Numba's index key holds its bytecode, not its constants)."""
+
+    def __init__(self, locator: Any, extra: str) -> None:
+        self._locator, self._extra = locator, extra
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._locator, name)
+
+    def get_source_stamp(self) -> Any:
+        return (self._locator.get_source_stamp(), self._extra)
 
     @classmethod
     def from_function(cls, py_func: Any, py_file: str) -> Any:
@@ -361,8 +371,21 @@ class _GeneratedLocator:
         for stock in _STOCK_LOCATORS:
             locator = stock.from_function(py_func, origin)
             if locator is not None:
-                return locator
+                return cls(locator, _generated_stamp(py_func))
         return None
+
+
+def _generated_stamp(py_func: Any) -> str:
+    """A digest of a generated function's source and of what each global it
+    names is (a function by its module and name, any other value by repr)."""
+    digest = hashlib.sha256(str(getattr(py_func, "__source__", "")).encode())
+    for name in sorted(set(py_func.__code__.co_names) & set(py_func.__globals__)):
+        value = py_func.__globals__[name]
+        inner = getattr(value, "py_func", value)
+        what = (f"{getattr(inner, '__module__', '')}.{getattr(inner, '__qualname__', '')}"
+                if callable(inner) else repr(value))
+        digest.update(f"{name}={what}\0".encode())
+    return digest.hexdigest()
 
 
 _STOCK_LOCATORS = tuple(getattr(caching, n) for n in (

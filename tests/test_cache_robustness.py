@@ -246,3 +246,41 @@ def test_an_unexpected_numba_leaves_its_cache_class_untouched(monkeypatch, cls):
     assert cls.load is load and cls.save is save
     monkeypatch.delattr(caching, "IndexDataCacheFile")
     assert ng_cache.guard_numba_cache() is False
+
+
+# ------------------------------------------------------------ generated functions
+LADDER = textwrap.dedent("""
+    import json, sys
+    from numba import njit
+    from numbagrad.kernels import dispatch
+    fn = njit(cache=True)(dispatch.ladder(
+        "_probe", "x", [0, 1], "return x + {code} * STEP", dict(STEP=float(sys.argv[1])),
+        "unknown", origin="numbagrad.kernels.cpu.elementwise"))
+    print(json.dumps(dict(value=fn(1, 2.0), hits=sum(fn.stats.cache_hits.values()),
+                          misses=sum(fn.stats.cache_misses.values()))))
+""")
+
+
+def _ladder_run(cache, step):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    run = subprocess.run([sys.executable, "-c", LADDER, str(step)], env=env, capture_output=True,
+                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_a_generated_ladder_is_cached_beside_the_module_that_made_it(tmp_path):
+    # what lets a kernel compiled for a new signature reuse the ~20 s ladder
+    # blocks, in this process or a later one
+    assert ng_cache.generated_cached
+    assert _ladder_run(tmp_path, 10) == dict(value=12.0, hits=0, misses=1)
+    assert _ladder_run(tmp_path, 10) == dict(value=12.0, hits=1, misses=0)
+    assert glob.glob(str(tmp_path / "*" / "elementwise-_probe.*.nbi"))
+    # the same source with other constants is other code: compiled, never the cached one
+    assert _ladder_run(tmp_path, 100) == dict(value=102.0, hits=0, misses=1)
+
+
+def test_an_unexpected_numba_caches_no_generated_function(monkeypatch):
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", tuple(
+        caching.CacheImpl._locator_classes))
+    assert ng_cache.locate_generated() is False

@@ -206,3 +206,34 @@ def test_nd_paths_compile_bit_identical_to_eager():
             assert compiled(x).item() == loss.item()
     np.testing.assert_array_equal(w_c.numpy(), w_e.numpy())
     np.testing.assert_array_equal(v_c.numpy(), v_e.numpy())
+
+
+def test_transposed_and_sliced_operands_share_one_block_per_dtype():
+    # A block compiles its ~25 loops per operand type: the 2-D kernels hand
+    # any non-C operand over as the read-only "A" view the N-d kernels'
+    # broadcasts are, so F, A and N-d operands share one block, and the
+    # values are NumPy's.
+    from numba import types
+
+    from numbagrad.kernels import codes
+    from numbagrad.kernels.cpu import elementwise as E
+    from numbagrad.kernels.cpu import strided as S
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(6, 8))
+    out = np.empty((4, 6))
+    for x in (base[:4, :6].T.copy().T, base.T[:4, :6], base[::2, ::-1][:, :6]):  # F, A, A
+        E.unary(codes.EXP, x, out, 0.0, 1.0, 0.0)
+        np.testing.assert_array_equal(out, np.exp(x))
+        E.binary(codes.SUB, x, base[:4, :6].copy(), out)
+        np.testing.assert_array_equal(out, x - base[:4, :6])
+    x3, o3 = base[:, :6].reshape(2, 3, 6).transpose(0, 2, 1), np.empty((2, 6, 3))
+    S.unary_nd(codes.EXP, x3, o3, 0.0, 1.0, 0.0)
+    np.testing.assert_array_equal(o3, np.exp(x3))
+    S.binary_nd(codes.SUB, x3, x3.copy(), o3)
+    np.testing.assert_array_equal(o3, 0.0)
+    any_view = types.Array(types.float64, 2, "A", readonly=True)
+    for block, operands in ((E._unary_block, 1), (E._binary_block, 2)):
+        strided = {sig[1:1 + operands] for sig in block.signatures
+                   if sig[1].dtype == types.float64
+                   and any(a.layout != "C" for a in sig[1:1 + operands])}
+        assert strided == {(any_view,) * operands}, (block, strided)

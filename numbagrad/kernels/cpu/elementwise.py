@@ -196,7 +196,7 @@ def _known(code, count):
 
 # The one loop of the codes without a loop of their own: the code stays a
 # run-time value (never inlined into a ladder, so it is compiled once).
-@njit(error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _unary_shared(code, x, out, p, alpha, beta, r0, r1, c0, c1):
     if not _in_shared_loop(code):
         raise ValueError("unary_block: unknown op code")
@@ -242,7 +242,7 @@ def _unary_backward_loop(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
             d[j] = g if beta == 0 else g + beta * d[j]
 
 
-@njit(error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _unary_backward_shared(code, x, y, gout, dest, beta, p, r0, r1, c0, c1):
     if not _in_shared_loop(code):
         raise ValueError("unary_backward_block: unknown op code")
@@ -301,7 +301,7 @@ def _binary_loop(code, a, b, out, r0, r1, c0, c1):
             o[j] = _binary(code, ar[0 if ba1 else j], br[0 if bb1 else j])
 
 
-@njit(error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _binary_shared(code, a, b, out, r0, r1, c0, c1):
     if not _in_shared_binary_loop(code):
         raise ValueError("binary_block: unknown op code")
@@ -359,7 +359,7 @@ def _binary_backward_loop(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
             d[i, j] = g if beta == 0 else g + beta * d[i, j]
 
 
-@njit(error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _binary_backward_shared(code, which, a, b, gout, d, beta, r0, r1, c0, c1):
     if not _in_shared_binary_loop(code):
         raise ValueError("binary_backward_block: unknown op code")

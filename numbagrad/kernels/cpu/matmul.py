@@ -15,6 +15,7 @@ import numba
 from numba import cfunc, njit, prange, types
 from numba.core.extending import get_cython_function_address
 
+from ... import _cache
 from .. import dispatch, codes
 from . import vmath
 from ._threads import ONE_THREAD, num_threads
@@ -211,10 +212,10 @@ _EPILOGUE = tuple(sorted(codes.EPILOGUE))
 # one loop per code, the code a constant in each (see elementwise.py): the
 # codes are codes.EPILOGUE's, and any other raises (``linear`` checks first,
 # so nothing is written then)
-_apply_epilogue = njit(error_model="numpy")(dispatch.ladder(
+_apply_epilogue = njit(error_model="numpy", cache=_cache.generated_cached)(dispatch.ladder(
     "_apply_epilogue", "out, bias, has_bias, p", sorted(codes.EPILOGUE - {codes.IDENT}),
     "_epilogue({code}, out, bias, has_bias, p)", {"_epilogue": _epilogue},
-    "linear: unknown epilogue code"))
+    "linear: unknown epilogue code", origin=__name__))
 
 
 @njit(error_model="numpy", inline="always")
