@@ -402,11 +402,23 @@ def locate_generated() -> bool:
     compiled for a new signature reuses it, in this process or a later one."""
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
     classes = getattr(impl, "_locator_classes", None)
-    if not isinstance(classes, list) or len(_STOCK_LOCATORS) != 3:
+    if (not isinstance(classes, list) or len(_STOCK_LOCATORS) != 3
+            or getattr(numba.config, "CACHE_LOCATOR_CLASSES", None)):   # the user's own list
         return False
     if _GeneratedLocator not in classes:
         classes.insert(0, _GeneratedLocator)
     return True
+
+
+def jit_generated(fn: Callable, **options: Any) -> Any:
+    """``njit(**options)(fn)`` for a function numbagrad generates with an
+    origin, cached on disk where Numba can (``locate_generated``)."""
+    if generated_cached:
+        try:
+            return numba.njit(cache=True, **options)(fn)
+        except RuntimeError:     # no cache location after all: compiled per process
+            pass
+    return numba.njit(**options)(fn)
 
 
 ensure_numba_cache()

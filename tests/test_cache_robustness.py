@@ -19,6 +19,7 @@ import sys
 import textwrap
 import warnings
 
+import numba
 import pytest
 from numba.core import caching
 
@@ -281,6 +282,15 @@ def test_a_generated_ladder_is_cached_beside_the_module_that_made_it(tmp_path):
 
 
 def test_an_unexpected_numba_caches_no_generated_function(monkeypatch):
+    from numbagrad.kernels import dispatch
+    # a ladder no locator takes (not a numbagrad module's) compiles uncached
+    fn = ng_cache.jit_generated(dispatch.ladder("_probe", "x", [0], "return x + 1.0", {}, "unknown",
+                                                origin="a_module_of_the_users"))
+    assert fn(0, 1.0) == 2.0 and type(fn._cache).__name__ == "NullCache"
+    monkeypatch.setattr(numba.config, "CACHE_LOCATOR_CLASSES", "InTreeCacheLocator",
+                        raising=False)     # the user's own list of locators: left alone
+    assert ng_cache.locate_generated() is False
+    monkeypatch.setattr(numba.config, "CACHE_LOCATOR_CLASSES", "", raising=False)
     monkeypatch.setattr(caching.CacheImpl, "_locator_classes", tuple(
         caching.CacheImpl._locator_classes))
     assert ng_cache.locate_generated() is False

@@ -167,12 +167,12 @@ def _ladder(name: str, loop: Callable, params: str, count: int, shared: Callable
     constant, one branch per record (``dispatch.ladder``), except the
     records without a loop of their own (``shared_codes``), which
     ``shared(code, <lead><params>)`` runs; it raises for any other code.
-    Cached on disk where Numba allows (``_cache.generated_cached``)."""
+    Cached on disk where Numba can (``_cache.jit_generated``)."""
     own = [c for c in range(count) if c not in shared_codes]
-    return njit(error_model="numpy", cache=_cache.generated_cached)(dispatch.ladder(
+    return _cache.jit_generated(dispatch.ladder(
         name, params, own, f"_loop({{code}}, {lead}{params})", {"_loop": loop, "_shared": shared},
         f"{name.strip('_')}: unknown op code", otherwise=f"_shared(code, {lead}{params})",
-        origin=__name__))
+        origin=__name__), error_model="numpy")
 
 
 def _member(name: str, members: frozenset) -> Callable:

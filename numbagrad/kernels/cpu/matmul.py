@@ -212,10 +212,10 @@ _EPILOGUE = tuple(sorted(codes.EPILOGUE))
 # one loop per code, the code a constant in each (see elementwise.py): the
 # codes are codes.EPILOGUE's, and any other raises (``linear`` checks first,
 # so nothing is written then)
-_apply_epilogue = njit(error_model="numpy", cache=_cache.generated_cached)(dispatch.ladder(
+_apply_epilogue = _cache.jit_generated(dispatch.ladder(
     "_apply_epilogue", "out, bias, has_bias, p", sorted(codes.EPILOGUE - {codes.IDENT}),
     "_epilogue({code}, out, bias, has_bias, p)", {"_epilogue": _epilogue},
-    "linear: unknown epilogue code", origin=__name__))
+    "linear: unknown epilogue code", origin=__name__), error_model="numpy")
 
 
 @njit(error_model="numpy", inline="always")
