@@ -226,7 +226,9 @@ def test_transposed_and_sliced_operands_share_one_block_per_dtype():
         np.testing.assert_array_equal(out, x * 3.0)
         E.binary(codes.SUB, x, base[:4, :6].copy(), out)
         np.testing.assert_array_equal(out, x - base[:4, :6])
-    x3, o3 = base[:6, :6].reshape(2, 3, 6).transpose(0, 2, 1), np.empty((2, 6, 3))
+    # (rank 6: what the ops hand the N-d kernels for ranks 3 to 6)
+    x3 = base[:6, :6].reshape(1, 1, 1, 2, 3, 6).transpose(0, 1, 2, 3, 5, 4)
+    o3 = np.empty((1, 1, 1, 2, 6, 3))
     S.unary_nd(codes.MUL_S, x3, o3, 3.0, 1.0, 0.0)
     np.testing.assert_array_equal(o3, x3 * 3.0)
     S.binary_nd(codes.SUB, x3, x3.copy(), o3)
@@ -237,3 +239,27 @@ def test_transposed_and_sliced_operands_share_one_block_per_dtype():
                    if sig[1].dtype == types.float64
                    and any(a.layout != "C" for a in sig[1:1 + operands])}
         assert strided == {(any_view,) * operands}, (block, strided)
+
+
+def test_cpu_nd_ops_of_ranks_3_to_6_run_one_rank_6_kernel():
+    # the leading 1s change no element and no order; one compile serves them
+    from conftest import KernelNames
+
+    from numbagrad import kernels
+
+    class Ranks(KernelNames):
+        def kernel(self, fn, name, args):
+            if name.split("_mt")[0] in ("unary_nd", "binary_nd", "unary_nd_backward",
+                                        "binary_nd_backward"):
+                self.names.append((name, {a.ndim for a in args if isinstance(a, np.ndarray)}))
+
+    seen = Ranks()
+    with kernels.observe(seen):
+        for sa, sb in (((2, 1, 3), (4, 1)), ((2, 1, 3, 1), (1, 4, 1, 5)),
+                       ((2, 3, 1, 2, 1), (3, 2, 2, 1))):
+            a, b = ng.param(np.ones(sa)), ng.param(np.ones(sb))
+            with ng.grad_tape():
+                loss = (ng.exp(a.permute(*reversed(range(len(sa))))).sum() + (a * b).sum())
+            ng.backward(loss)
+    assert {name for name, _ in seen.names} >= {"binary_nd", "binary_nd_backward"}
+    assert all(ranks == {6} for _, ranks in seen.names), seen.names

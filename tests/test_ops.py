@@ -194,7 +194,10 @@ def test_op_gradcheck(dev, name, shapes, f, g):
 
     learnable = ps[:1] if name.startswith("mse") or name == "loss_plus_regulariser" \
         else ps[:LEARNABLE.get(name, len(ps))]
-    ng.gradcheck(loss, learnable, directions=None if dev.name == "cpu" else 2)
+    # CUDA (the simulator): one random direction a param, which a wrong
+    # gradient misses with probability 0; the CPU checks every element, and
+    # test_op_agrees_between_devices holds the devices' gradients together
+    ng.gradcheck(loss, learnable, directions=None if dev.name == "cpu" else 1)
 
 
 @pytest.mark.parametrize("name, shapes, f, g", CASES[::3], ids=[c[0] for c in CASES[::3]])

@@ -29,13 +29,19 @@ from ._common import (broadcast_shape, integral, is_scalar, ones, operand, pair,
                       result, scalar_of, view2d)
 
 
+# The rank the CPU's N-d kernels see from ranks 3 up to it (CUDA's own pad to 6).
+_ND_RANK = 6
+
+
 def _merged(kern: Any, shape: tuple, arrays: tuple) -> tuple[tuple, list]:
     """``shape``'s dims with adjacent ones merged wherever every array (right-
     aligned to ``shape``, each dim equal to its or 1, any strides) lets them
     merge into one strided dim, padded to at least 2 dims: (that shape, each
     array as a view of it: its size-1 dims where it is broadcast). A dim
     merges with the next where every array is broadcast along both or
-    along neither, and its strides run on through them."""
+    along neither, and its strides run on through them. On the CPU a shape
+    of 3 to ``_ND_RANK`` dims is padded to ``_ND_RANK`` with leading 1s (the
+    same elements in the same order: one compile serves those ranks)."""
     rank = len(shape)
     dims: list[list] = []   # [size, each array's stride, each array's broadcast flag]
     for d, n in enumerate(shape):
@@ -53,7 +59,10 @@ def _merged(kern: Any, shape: tuple, arrays: tuple) -> tuple[tuple, list]:
             last[1] = strides
         else:
             dims.append([n, strides, flags])
-    dims = [[1, [0] * len(arrays), [True] * len(arrays)]] * (2 - len(dims)) + dims
+    # at least 2 dims; on the CPU an N-d one has leading 1s up to _ND_RANK, so
+    # that ranks 3 to _ND_RANK share one compiled N-d kernel
+    least = _ND_RANK if kern.name == "cpu" and 2 < len(dims) < _ND_RANK else 2
+    dims = [[1, [0] * len(arrays), [True] * len(arrays)]] * (least - len(dims)) + dims
     full = tuple(n for n, _, _ in dims)
     views = []
     for i, a in enumerate(arrays):

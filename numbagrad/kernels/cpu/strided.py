@@ -1,6 +1,6 @@
 """CPU kernels over N-d strided arrays: the broadcast/strided copy and the
 reduction that is its gradient. Any rank (Numba compiles one version per
-rank); inputs are read through their strides, so transposed, permuted,
+rank; the elementwise ops pad ranks 3 to 6 to 6, so one serves them); inputs are read through their strides, so transposed, permuted,
 sliced and broadcast (size-1) operands need no copy.
 
 The ops use the 2-D kernels of ``elementwise`` whenever an operation
