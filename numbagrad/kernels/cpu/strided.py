@@ -1,7 +1,8 @@
 """CPU kernels over N-d strided arrays: the broadcast/strided copy and the
 reduction that is its gradient. Any rank (Numba compiles one version per
-rank; the elementwise ops pad ranks 3 to 6 to 6, so one serves them); inputs are read through their strides, so transposed, permuted,
-sliced and broadcast (size-1) operands need no copy.
+rank; the elementwise ops pad ranks 3 to 6 to 6, so one serves them);
+inputs are read through their strides, so transposed, permuted, sliced and
+broadcast (size-1) operands need no copy.
 
 The ops use the 2-D kernels of ``elementwise`` whenever an operation
 collapses to two dims (most do) and these for the rest: ``binary_nd``,
