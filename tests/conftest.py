@@ -6,6 +6,7 @@ simulator is switched on here, before anything imports numba, with small
 launch shapes so that several blocks, the grid-stride loops and the bounds
 guards all run.
 """
+import inspect
 import os
 import sys
 
@@ -31,6 +32,91 @@ from hypothesis import settings  # noqa: E402
 import numbagrad as ng  # noqa: E402
 
 SIMULATED = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+
+
+def _quicken_the_simulator() -> None:
+    """Run the simulator's blocks several times sooner, and its shared arrays
+    race-free.
+
+    Its block manager polls its threads in a loop that holds the GIL until
+    the interpreter makes it switch (every 5 ms): the simulated threads wait
+    that long for each turn. Here the same loop gives the GIL up after each
+    poll. Threads that switch that often expose a race in
+    ``cuda.shared.array`` (two threads of a block can each find no array and
+    make their own), so allocation takes a lock. Where the simulator's
+    internals differ, it is left as it is (slower)."""
+    import threading
+    import time
+
+    from numba.core import types
+    from numba.np import numpy_support
+    try:
+        from numba.cuda.simulator import kernel, kernelapi
+        manager, shared, thread = kernel.BlockManager, kernelapi.FakeCUDAShared, \
+            kernel.BlockThread
+        if list(inspect.signature(shared.array).parameters) != \
+                ["self", "shape", "dtype", "alignment"] or \
+                list(inspect.signature(thread).parameters) != \
+                ["f", "manager", "blockIdx", "threadIdx", "debug"] or \
+                not {"syncthreads_blocked", "syncthreads_event", "exception", "abort"} <= \
+                set(vars(thread(None, manager(None, (1, 1, 1), (1, 1, 1), False), (0, 0, 0),
+                                (0, 0, 0), False))):
+            return
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return
+    array, lock = shared.array, threading.Lock()
+
+    def run(self, grid_point, *args):
+        # the simulator's loop, the same steps, plus a sleep(0) per poll
+        def target():
+            self._f(*args)
+
+        threads = [thread(target, self, grid_point, point, self._debug)
+                   for point in np.ndindex(*self._block_dim)]
+        for t in threads:
+            t.start()
+        live, blocked = set(threads), set()
+        while live:
+            for t in live:
+                if t.syncthreads_blocked:
+                    blocked.add(t)
+                elif t.exception:
+                    for other in threads:   # abort the others, as the simulator does
+                        other.abort = True
+                        other.syncthreads_blocked = False
+                        other.syncthreads_event.set()
+                    raise t.exception[0].with_traceback(t.exception[1])
+            if live == blocked:
+                for t in blocked:
+                    t.syncthreads_blocked = False
+                    t.syncthreads_event.set()
+                blocked = set()
+            else:
+                time.sleep(0)
+            live = {t for t in live if t.is_alive()}
+        for t in threads:
+            if t.exception:
+                raise t.exception[0].with_traceback(t.exception[1])
+
+    def shared_array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:   # dynamic shared memory, or the refusal
+            return array(self, shape, dtype, alignment)
+        caller = sys._getframe(1)   # one array per line of source, as the simulator has it
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            res = self._allocations.get(key)
+            if res is None:
+                if isinstance(dtype, types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    manager.run = run
+    shared.array = shared_array
+
+
+if SIMULATED:
+    _quicken_the_simulator()
 
 # Hypothesis: a fixed seed in CI (CI=true), fresh examples locally; scale the
 # example counts with NUMBAGRAD_FUZZ_SCALE (say 10) for a longer local hunt.
