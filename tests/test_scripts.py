@@ -272,14 +272,41 @@ def test_bench_cnn_case_runs_and_reports_its_verdict(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "cnn: CNN 1x8x8: conv3x3 16, ReLU, maxpool 2, conv3x3 32" in printed
     assert "linear 128-10; batch 64" in printed
-    (entry,) = [e for e in result["verdict"] if e["case"] == "cnn"]
-    assert (entry["target"], entry["subject"], entry["peer"], entry["limit"]) == (
-        "cnn, compiled", "numbagrad compiled", "torch", 0.5)
+    entries = {e["peer"]: e for e in result["verdict"] if e["case"] == "cnn"}
+    assert {p: (e["target"], e["subject"], e["limit"]) for p, e in entries.items()} == {
+        "torch": ("cnn, compiled", "numbagrad compiled", 0.5),
+        "floor": ("cnn, compiled", "numbagrad compiled", 1.5)}
+    assert entries["floor"]["ratio"] == pytest.approx(row["numbagrad compiled"]["best_s"]
+                                                      / row["floor"]["best_s"])
+    entry = entries["torch"]
     if "torch" in result["peers"]:
         assert entry["status"] in ("met", "missed")
         assert entry["ratio"] == pytest.approx(row["numbagrad compiled"]["best_s"]
                                                / row["torch"]["best_s"])
         assert "cnn, compiled" in printed and "/ PyTorch eager" in printed
+
+
+def test_the_compiled_vs_eager_target_takes_the_worst_clean_row_of_every_case(capsys):
+    def row(case, eager, compiled, flags=()):
+        return {"case": case, "dtype": "float32", "optimizer": "adam", "flags": list(flags),
+                "ratios": {}, "numbagrad": {"best_s": eager},
+                "numbagrad compiled": None if compiled is None else {"best_s": compiled}}
+    peers = ["numbagrad", "numbagrad compiled"]
+    rows = [row("tiny", 8e-6, 4e-6), row("cnn", 1e-3, 1.2e-3),
+            row("dqn", 1e-4, 3e-4, ["torch spread 40%"]), row("gpt", 1e-2, None)]
+    (entry,) = [e for e in bench.verdict(rows, peers) if e["peer"] == "numbagrad"]
+    assert (entry["target"], entry["limit"], entry["status"]) == (
+        "compiled vs eager, every case", 1.0, "missed")
+    assert entry["ratio"] == pytest.approx(1.2) and entry["rows"] == 2
+    assert entry["noisy_rows_left_out"] == 1 and entry["best_row_ratio"] == pytest.approx(0.5)
+    bench.print_verdict([entry])
+    assert "numbagrad compiled / numbagrad eager" in capsys.readouterr().out
+    (entry,) = [e for e in bench.verdict(rows[:1], peers) if e["peer"] == "numbagrad"]
+    assert entry["status"] == "met" and entry["ratio"] == pytest.approx(0.5)
+    (entry,) = [e for e in bench.verdict([], peers) if e["peer"] == "numbagrad"]
+    assert entry["status"] == "not measured"
+    bench.print_verdict([entry])
+    assert "not measured (no case run)" in capsys.readouterr().out
 
 
 def test_bench_cnn_peers_compute_the_same_update():
@@ -422,7 +449,8 @@ def test_bench_gpt_case_runs_and_reports_its_verdict(monkeypatch, capsys):
                                      "AdamW + clipping")
     entries = {e["peer"]: e for e in bench.verdict([row], peers) if e["case"] == "gpt"}
     assert {p: (e["target"], e["subject"], e["limit"]) for p, e in entries.items()} == {
-        "torch": ("gpt, compiled", "numbagrad compiled", 0.8),
+        "floor": ("gpt, compiled", "numbagrad compiled", 1.15),
+        "torch": ("gpt, compiled", "numbagrad compiled", 0.6),
         "jax": ("gpt, compiled", "numbagrad compiled", 1.0)}
     for peer, entry in entries.items():
         if peer in peers:
