@@ -255,8 +255,9 @@ TARGETS = [
     ("compiled vs eager, every case", ALL_CASES, "numbagrad compiled", "numbagrad", 1.0),
 ]
 PEER_NAME = {"numpy": "NumPy loop", "torch": "PyTorch eager", "jax": "JAX jit",
-             "floor": "GEMM floor", "torch compiled": "torch.compile", "numbagrad": "numbagrad eager",
-             "tinygrad": "tinygrad", "autograd": "autograd", "mygrad": "mygrad"}
+             "floor": "GEMM floor", "torch compiled": "torch.compile",
+             "tinygrad": "tinygrad", "autograd": "autograd", "mygrad": "mygrad",
+             "numbagrad": "numbagrad eager"}
 
 
 def verdict(rows: list[dict], peers: list[str]) -> list[dict]:

@@ -41,10 +41,10 @@ def _quicken_the_simulator() -> None:
     Its block manager polls its threads in a loop that holds the GIL until
     the interpreter makes it switch (every 5 ms): the simulated threads wait
     that long for each turn. Here the same loop gives the GIL up after each
-    poll. Threads that switch that often expose a race in
-    ``cuda.shared.array`` (two threads of a block can each find no array and
-    make their own), so allocation takes a lock. Where the simulator's
-    internals differ, it is left as it is (slower)."""
+    poll. With turns that short a race in ``cuda.shared.array`` can show
+    (two threads of a block each find no array and make their own), so
+    allocation takes a lock. Where the simulator's internals differ, it is
+    left as it is (slower; tests/test_simulator.py then fails)."""
     import threading
     import time
 
