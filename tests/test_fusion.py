@@ -20,22 +20,22 @@ def small_chains_fuse(monkeypatch):
     monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1)
 
 
-def batches(dtype, n=3, rows=6, d_in=5, d_out=7, seed=1):
+def batches(dtype, n=3, rows=6, d_in=5, d_out=7, seed=1, device="cpu"):
     rng = np.random.default_rng(seed)
-    return [(ng.tensor(rng.normal(size=(rows, d_in)).astype(dtype)),
-             ng.tensor(rng.normal(size=(rows, d_out)).astype(dtype))) for _ in range(n)]
+    return [(ng.tensor(rng.normal(size=(rows, d_in)).astype(dtype), device=device),
+             ng.tensor(rng.normal(size=(rows, d_out)).astype(dtype), device=device))
+            for _ in range(n)]
 
 
-def mlp(dtype, accumulate=1):
+def mlp(dtype, accumulate=1, device="cpu"):
     """bias + activation, a scaled tanh, a residual add, a product plus a bias
     (a multiply-add a fastmath loop would contract into an FMA)."""
     def make():
         rng = np.random.default_rng(0)
-        W1 = ng.param(rng.normal(size=(5, 7)).astype(dtype))
-        b1 = ng.param(rng.normal(size=7).astype(dtype))
-        W2 = ng.param(rng.normal(size=(7, 7)).astype(dtype))
-        b2 = ng.param(rng.normal(size=7).astype(dtype))
-        g = ng.param(rng.normal(size=(1, 7)).astype(dtype))
+
+        def param(*shape):
+            return ng.param(rng.normal(size=shape).astype(dtype), device=device)
+        W1, b1, W2, b2, g = param(5, 7), param(7), param(7, 7), param(7), param(1, 7)
         params = [W1, b1, W2, b2, g]
 
         def loss_fn(x, y):
@@ -88,15 +88,17 @@ def test_fused_step_equals_unfused_step_and_accumulates_exactly(cache):
     assert a.stats[-1]["fused"] and not b.stats[-1]["fused"]
 
 
-def test_residual_block_with_layer_norm(cache):
-    """Layer norm, a bias + GELU (float32's fast form), residual adds, a column
-    broadcast along the rows: eager's bits."""
+def residual_block(device="cpu"):
+    """Layer norm, a bias + GELU (float32's fast form on the CPU), residual
+    adds, a column broadcast along the rows."""
     def make():
         rng = np.random.default_rng(3)
-        ln = ng.nn.LayerNorm(8, dtype=np.float32)
-        W = ng.param((rng.normal(size=(8, 8)) * 0.3).astype(np.float32))
-        b = ng.param(rng.normal(size=8).astype(np.float32))
-        c = ng.param(rng.normal(size=(4, 1)).astype(np.float32))   # a column, broadcast
+        ln = ng.nn.LayerNorm(8, dtype=np.float32, device=device)
+
+        def param(a):
+            return ng.param(a.astype(np.float32), device=device)
+        W, b = param(rng.normal(size=(8, 8)) * 0.3), param(rng.normal(size=8))
+        c = param(rng.normal(size=(4, 1)))          # a column, broadcast
         params = [*ln.parameters(), W, b, c]
 
         def loss_fn(x, y):
@@ -104,10 +106,14 @@ def test_residual_block_with_layer_norm(cache):
             h = h + ng.relu(h * 2.0 - c)
             return ng.mse_loss(h, y)
         return params, loss_fn, ng.optim.Adam(params, lr=1e-2)
+    return make
+
+
+def test_residual_block_with_layer_norm(cache):
     rng = np.random.default_rng(4)
     data = [(ng.tensor(rng.normal(size=(4, 8)).astype(np.float32)),
              ng.tensor(rng.normal(size=(4, 8)).astype(np.float32))) for _ in range(3)]
-    step = compiled_matches_eager(make, data, cache)
+    step = compiled_matches_eager(residual_block(), data, cache)
     assert any(len(c) >= 3 for c in step.stats[-1]["fused"])
 
 
@@ -243,3 +249,136 @@ def test_a_chain_below_min_elements_stays_kernel_calls(cache, monkeypatch):
     step = ng.compile(fn, cache_dir=cache)
     step(ng.tensor(rng.normal(size=(4, 5)).astype(np.float32)))
     assert step.stats[-1]["fused"] == [] and "_fused" not in source_of(step)
+
+
+# ------------------------------------------------------------ CUDA (simulator)
+cuda = pytest.mark.skipif(not ng.cuda_available(), reason="CUDA unusable here")
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cuda_chains_run_as_one_kernel_each_with_eager_bits(cache, dtype):
+    """The CPU's chains, found in the CUDA recording, run as generated kernels:
+    fewer launches than eager, the same bits as eager and as the unfused replay."""
+    from numbagrad.kernels.cuda._core import launch_count
+    data = batches(dtype, n=3, device="cuda")
+    step = compiled_matches_eager(mlp(dtype, device="cuda"), data, cache)
+    stat = step.stats[-1]
+    assert stat["mode"] == "replay"
+    assert ("binary", "unary") in stat["fused"]
+    assert any(c[0] == "unary_backward" for c in stat["fused"])
+    (pa, fa, oa), (pb, fb, ob) = mlp(dtype, 2, "cuda")(), mlp(dtype, 2, "cuda")()
+    fused = ng.compile(fa, optimizer=oa, cache_dir=cache)
+    plain = ng.compile(fb, optimizer=ob, cache_dir=cache, fuse_elementwise=False)
+    launches = []
+    for i in range(6):
+        args = data[i % 3]
+        counts = []
+        for twin in (fused, plain):
+            before = launch_count()
+            loss = twin(*args)
+            counts.append(launch_count() - before)
+            counts.append(loss.numpy().tobytes())
+        assert counts[1] == counts[3], i
+        launches.append((counts[0], counts[2]))
+        for p, q in zip(pa, pb):
+            assert p.numpy().tobytes() == q.numpy().tobytes()
+    assert plain.stats[-1]["fused"] == []
+    # each chain is one launch (a bias gradient's summed half stays its own call)
+    saved = len(fused._last.prog.calls) - len(fused._last.plan)
+    assert saved >= len(fused.stats[-1]["fused"])
+    # calls 0, 1 and 3 record (the first, then verifying ones): eager launches there
+    replays = [launches[i] for i in (2, 4, 5)]
+    assert [f for f, p in replays] == [p - saved for f, p in replays], launches
+    assert [f for f, p in launches[:2]] == [p for f, p in launches[:2]]
+
+
+@cuda
+def test_cuda_residual_block_fuses_with_eager_bits(cache):
+    rng = np.random.default_rng(4)
+    data = [(ng.tensor(rng.normal(size=(4, 8)).astype(np.float32), device="cuda"),
+             ng.tensor(rng.normal(size=(4, 8)).astype(np.float32), device="cuda"))
+            for _ in range(3)]
+    step = compiled_matches_eager(residual_block("cuda"), data, cache)
+    assert any(len(c) >= 3 for c in step.stats[-1]["fused"])
+
+
+def chain_kernels(step):
+    from numbagrad.compile import cuda_chains
+    return [fn for fn, *_ in step._last.plan if isinstance(fn, cuda_chains.Launcher)]
+
+
+@cuda
+def test_cuda_chain_stores_only_what_is_read_later(cache):
+    """Inference on CUDA: an intermediate fn returns is stored, one only the
+    chain reads is not (its kernel writes one array)."""
+    rng = np.random.default_rng(5)
+    W = ng.param(rng.normal(size=(5, 7)).astype(np.float32), device="cuda")
+    b = ng.param(rng.normal(size=7).astype(np.float32), device="cuda")
+
+    def both(x):
+        h = x @ W + b
+        return h, ng.tanh(ng.relu(h) * 3.0)
+
+    def last(x):
+        return ng.tanh(ng.relu(x @ W + b) * 3.0)
+    x = ng.tensor(rng.normal(size=(4, 5)).astype(np.float32), device="cuda")
+    for fn, stores in ((both, 2), (last, 1)):
+        step = ng.compile(fn, cache_dir=cache)
+        for _ in range(3):
+            got = step(x)
+            with ng.grad_tape():
+                want = fn(x)
+            got, want = (got, want) if stores == 2 else ((got,), (want,))
+            for g, w in zip(got, want):
+                assert g.numpy().tobytes() == w.numpy().tobytes()
+        [kernel] = chain_kernels(step)
+        assert step.stats[-1]["fused"] == [("binary", "unary", "unary", "unary")]
+        assert sum("[t] = w" in line for line in kernel.text.splitlines()) == stores
+
+
+PTX_SCRIPT = """
+import json, sys
+from numba import cuda
+import numba.cuda.dispatcher as dispatcher
+from numbagrad.compile import cuda_chains
+
+class Target:     # no driver here: device functions ask it for the architecture
+    compute_capability = (9, 0)
+dispatcher.get_current_device = lambda: Target
+for text, sig in json.load(open(sys.argv[1])):
+    fn = cuda_chains.python_function(text)
+    for cc in ((8, 0), (9, 0)):
+        Target.compute_capability = cc
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
+        assert ".entry" in ptx and f"sm_{cc[0]}{cc[1]}" in ptx
+print("ok")
+"""
+
+
+@cuda
+def test_cuda_chain_kernels_compile_to_ptx(cache, tmp_path):
+    """The generated kernels of the tests' CUDA steps (both float dtypes,
+    broadcast operands, forward and backward links), typed and compiled for
+    sm_80 and sm_90 as on a GPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+    kernels = []
+    for make, data in ((mlp(np.float64, device="cuda"), batches(np.float64, n=1, device="cuda")),
+                       (residual_block("cuda"), batches(np.float32, 1, 4, 8, 8, device="cuda"))):
+        _, loss_fn, opt = make()
+        step = ng.compile(loss_fn, optimizer=opt, cache_dir=cache)
+        step(*data[0])
+        kernels += [(k.text, k.signature) for k in chain_kernels(step)]
+    assert len(kernels) >= 6 and any("i = t // cols" in t for t, _ in kernels)
+    (tmp_path / "kernels.json").write_text(json.dumps(kernels))
+    (tmp_path / "ptx.py").write_text(PTX_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, str(tmp_path / "ptx.py"),
+                          str(tmp_path / "kernels.json")], env=env, capture_output=True,
+                         text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]

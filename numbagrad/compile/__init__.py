@@ -9,15 +9,15 @@ The first call with a new signature runs ``loss_fn`` eagerly on a tape (so it
 raises exactly what eager mode raises) while every kernel call is recorded;
 the recording becomes one generated ``@njit`` function (CPU) that issues the
 same kernels in the same order on buffers allocated once for that signature.
-On CUDA the recorded launches are replayed back to back from Python. See
-``compile`` for the rules.
+On CUDA the recorded launches are replayed back to back from Python, each
+elementwise chain as one generated kernel. See ``compile`` for the rules.
 
 One module a concept: ``intrinsics`` (the LLVM intrinsics generated code
 calls), ``geometry`` (array geometry, signature keys), ``recording``,
 ``analysis``, ``fusion`` (the elementwise chains run as one loop), ``codegen``
-(the CPU @njit source), ``cache`` (the folder of
-generated modules), ``runners`` (one signature's compiled step); this module
-is the public API.
+(the CPU @njit source), ``cuda_chains`` (the chains as CUDA kernels),
+``cache`` (the folder of generated modules), ``runners`` (one signature's
+compiled step); this module is the public API.
 """
 from __future__ import annotations
 
@@ -260,6 +260,8 @@ class CompiledStep:
         entry.watch = watch
         entry.train = train
         stat["mode"] = entry.mode
+        if isinstance(entry, _ReplayEntry):
+            stat["fused"] = entry.fused
         stat["total_s"] = time.perf_counter() - t0
         self.stats.append(stat)
         self._entries[key] = entry
@@ -487,9 +489,11 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     mode's. ``fuse_update=False`` always calls ``opt.step()``.
 
     **CUDA.** numba-cuda offers no CUDA graphs, so the recorded launches are
-    replayed back to back from Python: the same launches (and counts) as
-    eager mode, without tape or op work between them. The returned loss
-    stays on the device.
+    replayed back to back from Python: eager mode's launches, without tape
+    or op work between them, except that each elementwise chain is one
+    generated kernel with the chain's bits (``fuse_elementwise=False``: the
+    same launches and counts as eager mode). The returned loss stays on the
+    device.
 
     Arguments are positional. A compiled step is not for concurrent calls
     from several threads (it owns one set of buffers per signature);

@@ -37,15 +37,20 @@ import numpy as np
 from .analysis import _Program, _Ref
 from .geometry import _c_contiguous, _c_strides
 
-# the kernels (of kernels/cpu/elementwise.py) a chain may hold, and their dtypes
+# the kernels (of each device's kernels/<device>/elementwise.py) a chain may
+# hold, and their dtypes
 KINDS = ("unary", "unary_backward", "binary", "binary_backward", "axpby")
-_MODULE = "numbagrad.kernels.cpu.elementwise"
+_MODULES = {"cpu": "numbagrad.kernels.cpu.elementwise",
+            "cuda": "numbagrad.kernels.cuda.elementwise"}
 _DT = {"<f4": "np.float32", "<f8": "np.float64"}
 # Chains over fewer elements stay kernel calls: their passes run in cache in
 # microseconds, and each fused loop is new machine code to compile (about
 # half a second) for a module that fuses. A batch size on the other side of
 # this compiles its own module once.
 MIN_ELEMENTS = 1 << 12
+# On CUDA every chain fuses: each link saved is a launch and a pass over
+# device memory, and the generated kernel compiles once per chain's source.
+CUDA_MIN_ELEMENTS = 1
 
 
 def fingerprint() -> str:
@@ -154,8 +159,9 @@ def _span(r: _Ref) -> tuple[int, int]:
 
 
 class _Planner:
-    def __init__(self, prog: _Program) -> None:
+    def __init__(self, prog: _Program, module: str) -> None:
         self.prog = prog
+        self.module = module
         self.alias = {i: j for j, i in prog.alias}
 
     def overlap(self, r: _Ref, q: _Ref) -> bool:
@@ -171,7 +177,7 @@ class _Planner:
             return None
         if r.kind == "in":
             root = self.prog.inputs.get(r.index)
-            if root is None or not root.flags.c_contiguous:
+            if root is None or not root.flags["C_CONTIGUOUS"]:   # host or device
                 return None
         return _Operand(r, True, (_root(r, self.alias), r.off, r.dtype.str))
 
@@ -191,7 +197,7 @@ class _Planner:
         fn, name, rargs, rkw = self.prog.calls[k]
         threaded = name.endswith("_mt")
         name = name[:-3] if threaded else name
-        if name not in KINDS or getattr(fn, "__module__", None) != _MODULE or rkw:
+        if name not in KINDS or getattr(fn, "__module__", None) != self.module or rkw:
             return None
         link = self.link_of(k, name, rargs)
         if link is not None:
@@ -336,14 +342,17 @@ def _frame(link: _Link) -> tuple:
 
 
 def plan(prog: _Program) -> FusionPlan:
-    """The fused loops of ``prog`` and the order codegen emits everything in."""
-    planner = _Planner(prog)
+    """The fused loops of ``prog`` (its device's: ``prog.kern.name``) and the
+    order codegen (CPU) or the replay (CUDA) issues everything in."""
+    device = getattr(prog.kern, "name", "cpu")
+    planner = _Planner(prog, _MODULES[device])
+    least = MIN_ELEMENTS if device == "cpu" else CUDA_MIN_ELEMENTS
     out = FusionPlan()
     chain, moved = Chain(), []      # the open chain, and the calls moved ahead of it
 
     def close() -> None:
         nonlocal chain, moved
-        if len(chain.links) >= 2 and chain.frame[0] * chain.frame[1] >= MIN_ELEMENTS:
+        if len(chain.links) >= 2 and chain.frame[0] * chain.frame[1] >= least:
             out.steps += [("call", k, None) for k in moved]
             out.steps.append(("chain", chain))
             out.steps += [("call", k, args) for k, args in chain.residual]
@@ -438,94 +447,145 @@ def _fresh(link: _Link) -> dict[str, bool]:
 # ---------------------------------------------------------------- source
 
 
-def source(chain: Chain, name: str, functions: dict[str, tuple]
-           ) -> tuple[str, list[_Ref], list[tuple]]:
-    """The @njit function of one chain: its source, the views it takes (each a
-    (rows, cols) C view of a full operand or a broadcast view as recorded) and
-    its scalar arguments with the dtype each is cast to, as the kernels cast
-    theirs; it is called as ``name(0, rows, 0, cols, *views, *scalars)`` (its
-    threaded twin, when the chain has one, as ``name_mt(rows, cols, ...)``).
-    ``functions`` gets the scalar functions it calls: name -> ``scalar``'s arguments."""
-    arrays: dict[tuple, int] = {}
-    views: list[_Ref] = []
-    scalars: list[tuple] = []
-    rows, cols = chain.frame
-    body: list[str] = []
-    prologue: list[str] = []
-    regs: dict[tuple, str] = {}
+class _Spelling:
+    """How one device's generated code spells a chain's elements, scalar
+    functions, casts and scalar arguments; ``body`` is the per-element code
+    both devices share: every link in recording order, each value rounded to
+    its array's dtype as a store would round it, a value kept in a register
+    where a later link reads it, and no store for ``chain.unstored``.
+    ``views``: the arrays the code takes (a full operand as a C view, (rows,
+    cols) or 1-D where ``flat``; a broadcast one as recorded); ``scalars``:
+    (recorded value, the type the kernel's launcher casts it to)."""
 
-    def fn(kind: str, code: int, dts: str) -> str:
-        """The module-level name of ``scalar(kind, code, dts)`` (in ``functions``)."""
-        name = f"_{kind}_{code}_{dts[1:]}"
-        functions[name] = (kind, code, dts)
-        return name
+    pad = "            "
+    flat = False     # full operands as 1-D views (else (rows, cols))
 
-    def array(o: _Operand) -> int:
-        if o.key not in arrays:
-            arrays[o.key] = len(views)
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        self.arrays: dict[tuple, int] = {}
+        self.views: list[_Ref] = []
+        self.scalars: list[tuple] = []
+
+    def array(self, o: _Operand) -> int:
+        if o.key not in self.arrays:
+            self.arrays[o.key] = len(self.views)
             if o.full:
-                r = o.ref
-                views.append(_Ref(r.kind, r.index, r.off, (rows, cols),
-                                  _c_strides((rows, cols), r.dtype.itemsize), r.dtype, "C"))
+                r, (rows, cols) = o.ref, self.chain.frame
+                shape = (rows * cols,) if self.flat else (rows, cols)
+                self.views.append(_Ref(r.kind, r.index, r.off, shape,
+                                       _c_strides(shape, r.dtype.itemsize), r.dtype, "C"))
             else:
-                views.append(o.ref)
-        return arrays[o.key]
+                self.views.append(o.ref)
+        return self.arrays[o.key]
 
-    def load(o: _Operand) -> str:
-        if o.key in regs:
-            return regs[o.key]
-        k = array(o)
+    def element(self, o: _Operand) -> str:
+        """The element of operand ``o`` this iteration reads or writes."""
+        raise NotImplementedError
+
+    def call(self, kind: str, code: int, dts: str, args: str) -> str:
+        """The scalar function ``kind`` of op ``code`` applied to ``args``."""
+        raise NotImplementedError
+
+    def cast(self, dts: str) -> str:
+        """The function that rounds a value to dtype ``dts``."""
+        raise NotImplementedError
+
+    def scalar_type(self, kind: str, role: str, dts: str) -> str:
+        """What the ``kind`` kernel's launcher casts its scalar ``role`` to."""
+        raise NotImplementedError
+
+    def scalar(self, v: tuple, kind: str, role: str, dts: str) -> str:
+        self.scalars.append((v, self.scalar_type(kind, role, dts)))
+        return f"k{len(self.scalars) - 1}"
+
+    def body(self) -> list[str]:
+        chain, pad = self.chain, self.pad
+        regs: dict[tuple, str] = {}
+        body: list[str] = []
+
+        def load(o: _Operand) -> str:
+            return regs.get(o.key) or self.element(o)
+
+        n = 0
+        for link in chain.links:
+            ops, code, kind = link.ops, link.code, link.kind
+            dts = next(iter(ops.values())).ref.dtype.str
+            s = link.scalars
+            stores: list[tuple[_Operand, str]] = []
+            if kind == "unary":
+                p, a, b = (self.scalar(s[x], kind, x, dts) for x in ("p", "alpha", "beta"))
+                y = f"{a} * {self.call('unary', code, dts, load(ops['x']) + ', ' + p)}"
+                stores.append((ops["out"], _accumulate(y, s["beta"], b, ops["out"], load)))
+            elif kind == "unary_backward":
+                b, p = (self.scalar(s[x], kind, x, dts) for x in ("beta", "p"))
+                args = f"{load(ops['x'])}, {load(ops['y'])}, {p}"
+                g = f"{load(ops['gout'])} * {self.call('unary_grad', code, dts, args)}"
+                stores.append((ops["dest"], _accumulate(g, s["beta"], b, ops["dest"], load)))
+            elif kind == "binary":
+                args = f"{load(ops['a'])}, {load(ops['b'])}"
+                stores.append((ops["out"], self.call("binary", code, dts, args)))
+            elif kind == "axpby":
+                a, b = (self.scalar(s[x], kind, x, dts) for x in ("alpha", "beta"))
+                stores.append((ops["y"], _accumulate(f"{a} * {load(ops['x'])}", s["beta"], b,
+                                                     ops["y"], load)))
+            else:
+                for side in link.sides:
+                    b = self.scalar(s["beta_" + side], kind, "beta_" + side, dts)
+                    args = f"{load(ops['a'])}, {load(ops['b'])}"
+                    dv = self.call("binary_grad_" + side, code, dts, args)
+                    g = f"0.0 + {load(ops['gout'])} * {dv}"
+                    stores.append((ops["d" + side], _accumulate(g, s["beta_" + side], b,
+                                                                ops["d" + side], load)))
+            # every value of the link first (its operands read before any store)
+            names = []
+            for o, expr in stores:
+                body.append(f"{pad}w{n} = {self.cast(dts)}({expr})")
+                names.append(f"w{n}")
+                n += 1
+            for (o, _), var in zip(stores, names):
+                regs[o.key] = var
+                if o.key not in chain.unstored:
+                    body.append(f"{pad}{self.element(o)} = {var}")
+        return body
+
+
+class _CpuSpelling(_Spelling):
+    """The CPU's @njit loops: row ``i`` of each array is ``r<k>``, a column
+    ``j``; scalar functions by code (``scalar``), collected in ``functions``."""
+
+    def __init__(self, chain: Chain, functions: dict[str, tuple]) -> None:
+        super().__init__(chain)
+        self.functions = functions
+
+    def element(self, o: _Operand) -> str:
+        k = self.array(o)
         if o.full:
             return f"r{k}[j]"
         return f"r{k}[{'0' if o.ref.shape[1] == 1 else 'j'}]"
 
-    def scalar(v: tuple, dtype: str) -> str:
-        scalars.append((v, dtype))     # cast to the link's dtype by the caller
-        return f"k{len(scalars) - 1}"
+    def call(self, kind: str, code: int, dts: str, args: str) -> str:
+        name = f"_{kind}_{code}_{dts[1:]}"
+        self.functions[name] = (kind, code, dts)
+        return f"{name}({args})"
 
-    n = 0
-    for link in chain.links:
-        ops, code = link.ops, link.code
-        dts = next(iter(ops.values())).ref.dtype.str
-        dt = _DT[dts]
-        s = link.scalars
-        stores: list[tuple[_Operand, str]] = []
-        if link.kind == "unary":
-            p, a, b = (scalar(s[x], dt) for x in ("p", "alpha", "beta"))
-            y = f"{a} * {fn('unary', code, dts)}({load(ops['x'])}, {p})"
-            stores.append((ops["out"], _accumulate(y, s["beta"], b, ops["out"], load)))
-        elif link.kind == "unary_backward":
-            b, p = scalar(s["beta"], dt), scalar(s["p"], dt)
-            g = (f"{load(ops['gout'])} * {fn('unary_grad', code, dts)}({load(ops['x'])}, "
-                 f"{load(ops['y'])}, {p})")
-            stores.append((ops["dest"], _accumulate(g, s["beta"], b, ops["dest"], load)))
-        elif link.kind == "binary":
-            stores.append((ops["out"], f"{fn('binary', code, dts)}({load(ops['a'])}, "
-                                       f"{load(ops['b'])})"))
-        elif link.kind == "axpby":
-            a, b = scalar(s["alpha"], dt), scalar(s["beta"], dt)
-            stores.append((ops["y"], _accumulate(f"{a} * {load(ops['x'])}", s["beta"], b,
-                                                 ops["y"], load)))
-        else:
-            for side in link.sides:
-                b = scalar(s["beta_" + side], dt)
-                own, opp = load(ops[side]), load(ops["b" if side == "a" else "a"])
-                dv = (f"{fn('binary_grad_a', code, dts)}({own}, {opp})" if side == "a" else
-                      f"{fn('binary_grad_b', code, dts)}({opp}, {own})")
-                g = f"0.0 + {load(ops['gout'])} * {dv}"
-                stores.append((ops["d" + side], _accumulate(g, s["beta_" + side], b,
-                                                            ops["d" + side], load)))
-        # every value of the link first (its operands read before any store)
-        names = []
-        for o, expr in stores:
-            var = f"w{n}"
-            n += 1
-            body.append(f"            {var} = {dt}({expr})")
-            names.append(var)
-        for (o, _), var in zip(stores, names):
-            regs[o.key] = var
-            if o.key not in chain.unstored:
-                body.append(f"            r{array(o)}[j] = {var}")
+    def cast(self, dts: str) -> str:
+        return _DT[dts]
+
+    def scalar_type(self, kind: str, role: str, dts: str) -> str:
+        return _DT[dts]      # the CPU kernels take their scalars in the arrays' dtype
+
+
+def source(chain: Chain, name: str, functions: dict[str, tuple]
+           ) -> tuple[str, list[_Ref], list[tuple]]:
+    """The @njit function of one chain: its source, the views it takes and its
+    scalar arguments with the dtype each is cast to, as the kernels cast
+    theirs (``_Spelling``); it is called as ``name(0, rows, 0, cols, *views,
+    *scalars)`` (its threaded twin, when the chain has one, as
+    ``name_mt(rows, cols, ...)``). ``functions`` gets the scalar functions it
+    calls: name -> ``scalar``'s arguments."""
+    spell = _CpuSpelling(chain, functions)
+    body = spell.body()
+    views, scalars = spell.views, spell.scalars
     a = "".join(f"a{k}, " for k in range(len(views)))
     k = ", ".join(f"k{n}" for n in range(len(scalars)))
     # the loop over a block of rows and columns is its own function: inlined
@@ -533,7 +593,7 @@ def source(chain: Chain, name: str, functions: dict[str, tuple]
     lines = ["@njit(cache=True, error_model='numpy', no_cpython_wrapper=True)",
              f"def {name}(r0, r1, lo, hi, {a}{k}):",
              "    for i in range(r0, r1):"]
-    for key, n in arrays.items():
+    for key, n in spell.arrays.items():
         v = views[n]
         full = key[0] != "b"
         row = "i" if full or v.shape[0] != 1 else "0"

@@ -18,6 +18,7 @@ from ..kernels.cpu.indexing import first_invalid
 from ..optim.fused import FusedUpdate
 from ..optim.window import Window
 from ..tensor import Tensor
+from . import cuda_chains, fusion
 from .analysis import _Program, _Ref
 from .codegen import _Codegen
 from .geometry import _is_array, _key, _shape, _Unsupported, _view
@@ -270,26 +271,29 @@ class _ReplayEntry(_Entry):
         self.loss_ref = lref
         self.loss_views: dict[tuple, _Ref] = {lref.desc(): lref}
         self.ring: list[list] = []
-        plan = []
-        for (fn, name, rargs, rkw), (cargs, kwargs) in zip(prog.calls, prog.originals):
-            fixed, dyn = list(cargs), []
-            for pos, a in enumerate(rargs):
-                if not isinstance(a, _Ref):
-                    continue
-                if self.outs is not None and a.kind == "tmp" and a.index in self.outs:
-                    dyn.append((pos, "out", a))
-                elif a.kind == "tmp" and a.index == lref.index:
-                    dyn.append((pos, "loss", a.desc()))
-                    self.loss_views[a.desc()] = a
-                elif a.kind in ("in", "der"):
-                    dyn.append((pos, a.kind, a))
-                else:
-                    continue
-                fixed[pos] = None
+        # CUDA: the elementwise chains run as one generated kernel each
+        # (compile.fusion's plan, compile.cuda_chains' kernels)
+        fuse = owner.fuse_elementwise and getattr(self.kern, "name", "") == "cuda"
+        steps = fusion.plan(prog).steps if fuse else [("call", k, None)
+                                                      for k in range(len(prog.calls))]
+        plan, self.fused = [], []
+        for step in steps:
+            if step[0] == "chain":
+                launcher = cuda_chains.Launcher(step[1])
+                fixed, dyn = self._placed(launcher.views, [None] * len(launcher.views))
+                plan.append((launcher, tuple(fixed), dyn, {}))
+                self.fused.append(tuple(prog.calls[link.call][1] for link in step[1].links))
+                continue
+            _, k, args = step
+            (fn, name, rargs, rkw), (cargs, kwargs) = prog.calls[k], prog.originals[k]
             if any(isinstance(v, _Ref) and (v.kind in ("in", "der") or (
                     v.kind == "tmp" and (v.index == lref.index or v.index in (self.outs or ()))))
                    for v in rkw.values()):
                 raise _Unsupported("a per-call keyword array")
+            fixed, dyn = self._placed(rargs, list(cargs))
+            for pos, a in enumerate(args or ()):   # a fused call's changed scalars
+                if not isinstance(a, _Ref) and a is not rargs[pos]:
+                    fixed[pos] = a[1]
             plan.append((_governed(prog.kern, fn, name), tuple(fixed), dyn, kwargs))
         self.plan = plan
         self.checks = prog.checks
@@ -297,6 +301,29 @@ class _ReplayEntry(_Entry):
         for a in refs + [check[0] for check in prog.checks]:
             if a.kind == "in":    # fails now, not on a later call
                 _view(prog.inputs[a.index], a.off, a.shape, a.strides)
+
+    def _placed(self, refs: list, fixed: list) -> tuple[list, list]:
+        """A call's arguments: ``fixed`` (the recorded arrays and scalars; None
+        where a view of a kept buffer is made here) with None at the
+        positions filled on each run, and those positions: (pos, kind, ref)."""
+        prog, lref, dyn = self.prog, self.loss_ref, []
+        for pos, a in enumerate(refs):
+            if not isinstance(a, _Ref):
+                continue
+            if self.outs is not None and a.kind == "tmp" and a.index in self.outs:
+                dyn.append((pos, "out", a))
+            elif a.kind == "tmp" and a.index == lref.index:
+                dyn.append((pos, "loss", a.desc()))
+                self.loss_views[a.desc()] = a
+            elif a.kind in ("in", "der"):
+                dyn.append((pos, a.kind, a))
+            else:
+                if fixed[pos] is None:
+                    root = prog.temps[a.index] if a.kind == "tmp" else prog.fixed[a.index]
+                    fixed[pos] = _view(root, a.off, a.shape, a.strides)
+                continue
+            fixed[pos] = None
+        return fixed, dyn
 
     def ring_entry(self) -> list:
         for entry in self.ring:
