@@ -1,6 +1,7 @@
 """ng.compile's elementwise fusion (compile/fusion.py): chains of elementwise
 kernels run as one generated loop, bit-identical to the unfused step and to
 eager mode, and a temporary is left unstored only when nothing else reads it."""
+import numba
 import numpy as np
 import pytest
 
@@ -191,6 +192,7 @@ def test_a_threaded_chain_gets_a_threaded_twin(cache, monkeypatch):
     from numbagrad.kernels.cpu import _threads
     monkeypatch.setattr(cpu, "MT_MIN", 16)
     monkeypatch.setattr(cpu, "MT_MIN_MEMORY", 16)
+    monkeypatch.setattr(fusion, "FOLD", False)     # (the GEMM is threaded too)
     rng = np.random.default_rng(7)
     W = ng.param(rng.normal(size=(5, 9)).astype(np.float32))
     b = ng.param(rng.normal(size=9).astype(np.float32))
@@ -382,3 +384,49 @@ def test_cuda_chain_kernels_compile_to_ptx(cache, tmp_path):
                           str(tmp_path / "kernels.json")], env=env, capture_output=True,
                          text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2,
+                    reason="products are threaded (gemm_mt) only with two or more threads")
+def test_a_chain_after_a_threaded_product_runs_in_its_blocks(cache):
+    """A chain reading a threaded GEMM's output runs inside the GEMM's blocks
+    (row blocks for the first product, column blocks for the second; 2^22
+    multiply-adds each, where gemm_mt splits): eager's bits, on the threads and
+    on the governor's serial path."""
+    from numbagrad.kernels.cpu import _threads
+
+    def make():
+        rng = np.random.default_rng(10)
+
+        def param(*shape):
+            return ng.param((rng.normal(size=shape) / 8).astype(np.float32))
+        W, b, A, c = param(64, 256), param(256), param(64, 256), param(64, 1)
+
+        def loss_fn(x, y):
+            h = ng.tanh(x @ W + b) * 0.5          # (256, 256): blocks of rows
+            return ng.mse_loss(ng.relu(A @ h - c), y)   # (64, 256): blocks of columns
+        return [W, b, A, c], loss_fn, ng.optim.SGD([W, b, A, c], lr=0.1)
+    rng = np.random.default_rng(11)
+    data = [(ng.tensor(rng.normal(size=(256, 64)).astype(np.float32)),
+             ng.tensor(rng.normal(size=(64, 256)).astype(np.float32))) for _ in range(2)]
+    step = compiled_matches_eager(make, data, cache)
+    fused = [c for c in step.stats[-1]["fused"] if c[0] == "gemm_mt"]
+    plain = [tuple(name.removesuffix("_mt") for name in c[1:]) for c in fused]
+    assert ("binary", "unary", "unary") in plain and ("binary", "unary") in plain
+    source = source_of(step)
+    assert source.count("_fold_mt(") >= 2 * 2
+    (pa, fa, oa), (pb, fb, ob) = make(), make()
+    twin = ng.compile(fb, optimizer=ob, cache_dir=cache, fuse_elementwise=False)
+    step = ng.compile(fa, optimizer=oa, cache_dir=cache)
+    running = _threads.governor is not None
+    _threads.stop_governor()             # the switch is this test's to set
+    try:
+        for allowed in (1, 0, 1):
+            _threads.ALLOWED[0] = allowed
+            assert step(*data[0]).numpy().tobytes() == twin(*data[0]).numpy().tobytes()
+            for p, q in zip(pa, pb):
+                assert p.numpy().tobytes() == q.numpy().tobytes()
+    finally:
+        _threads.ALLOWED[0] = 1
+        if running:
+            _threads.start_governor()

@@ -558,3 +558,14 @@ def test_bench_lstm_peers_compute_the_same_update(monkeypatch):
     # per layer 2 (3 above the first) projection GEMMs, 2 per step after the first and
     # dW_hh's one over those steps, then the head's 3
     assert len(bench.floor_gemms("lstm", np.float32)) == 2 + 3 + 2 * (2 * 2 + 1) + 3
+
+
+def test_bench_fusion_times_three_compiled_twins_with_the_same_bits(capsys):
+    import bench_fusion
+    from numbagrad.compile import fusion
+    rows = bench_fusion.main(["--width", "64", "--batch", "64", "--layers", "1", "--rounds", "2",
+                              "--calls", "1"])
+    assert [r["step"] for r in rows] == ["unfused", "fused", "fused+fold"]
+    assert all(r["same_bits"] and r["ms"] > 0 for r in rows)
+    assert rows[0]["ratio"] == 1.0 and fusion.FOLD is True
+    assert "the same bits in all three: True" in capsys.readouterr().out

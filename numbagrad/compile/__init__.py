@@ -455,6 +455,9 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     kernels' own scalar functions and expressions, rounding every link's
     value to its dtype as the kernel's store does: the same bits, in one
     pass over memory, and no buffer for a temporary only the chain reads.
+    A chain reading a threaded GEMM's output runs inside the GEMM's blocks,
+    each thread's block computed by the GEMM's own call and then passed
+    through the chain while in cache (the same calls: the same bits).
     ``fuse_elementwise=False`` calls every kernel as recorded.
 
     **Cache.** The generated module is written to ``cache_dir`` (default

@@ -75,6 +75,7 @@ class _Codegen:
         self.functions: list[str] = []      # the fused loops' @njit functions
         self.scalars: dict[str, tuple] = {}  # the scalar functions they call
         self.threaded = False                # a fused loop has a threaded twin
+        self.folded = False                  # a fused loop runs in a product's blocks
         self.opt_roots: list[np.ndarray] = []   # kind "opt": the optimizer's buffers
         self.meta: list[int] = []
         self.fmeta: list[float] = []   # the kernels' float arguments (``f``)
@@ -258,6 +259,16 @@ class _Codegen:
         args = [*(self.view(v) for v in views),
                 *(f"{dtype}({self.arg(v)})" for v, dtype in scalars)]
         calls = " ".join(self.prog.calls[link.call][1] for link in chain.links)
+        if chain.fold is not None:    # inside the blocks of the threaded product before it
+            _, product, rargs, _ = self.prog.calls[chain.fold]
+            arrays = ", ".join([*(f"a{k}" for k in range(len(views))),
+                                *(f"k{k}" for k in range(len(scalars)))])
+            self.functions.append(fusion.fold_source(name, product, arrays))
+            self.folded = True
+            args = [*(self.arg(a) for a in rargs), *args]
+            return "\n".join([f"    if {self.governor_flag()}[0] != 0:",
+                              f"        {name}_fold_mt({', '.join(args)})   # {product} {calls}",
+                              "    else:", f"        {name}_fold_st({', '.join(args)})"])
         call = f"{name}(0, {rows}, 0, {cols}, {', '.join(args)})   # fused: {calls}"
         if not chain.threaded:
             return f"    {call}"
@@ -272,6 +283,14 @@ class _Codegen:
             return []
         threads = ["from numba import prange",
                    "from numbagrad.kernels.cpu.elementwise import _grid"] if self.threaded else []
+        if self.folded:
+            threads = ["from numba import prange",
+                       "from numbagrad.kernels.cpu._threads import num_threads as _num_threads",
+                       ("from numbagrad.kernels.cpu.matmul import _blocks, _check_epilogue, "
+                        "_set_blas_threads"),
+                       ("from numbagrad.kernels.cpu.matmul import gemm as _gemm, linear as "
+                        "_linear, linear_block as _linear_piece, product_block as "
+                        "_product_block"), *threads[1:]]
         return [*threads, "from numbagrad.compile.fusion import scalar",
                 f"# the kernels' sources: {fusion.fingerprint()}", "",
                 *(f"{name} = scalar{args!r}" for name, args in sorted(self.scalars.items())),

@@ -22,7 +22,12 @@ A chain with a link recorded as its threaded twin (``*_mt``) gets a
 threaded twin too, over the elementwise kernels' blocks, which the step
 picks from the thread governor's switch as it does a kernel's twin; each
 element is computed by one thread with the same expression, so the two
-agree bit for bit.
+agree bit for bit. A chain right after a threaded GEMM whose output it
+reads folds into the GEMM's blocks (``_fold``).
+
+The plan is the device's: a CUDA recording's chains (the CUDA elementwise
+kernels' calls) become generated CUDA kernels (``cuda_chains``), from the
+same per-element code (``_Spelling.body``).
 """
 from __future__ import annotations
 
@@ -48,6 +53,9 @@ _DT = {"<f4": "np.float32", "<f8": "np.float64"}
 # half a second) for a module that fuses. A batch size on the other side of
 # this compiles its own module once.
 MIN_ELEMENTS = 1 << 12
+# A chain after a threaded GEMM runs inside its blocks (``_fold``); False
+# keeps them apart (a benchmark's comparison).
+FOLD = True
 # On CUDA every chain fuses: each link saved is a launch and a pass over
 # device memory, and the generated kernel compiles once per chain's source.
 CUDA_MIN_ELEMENTS = 1
@@ -60,9 +68,9 @@ def fingerprint() -> str:
     global _FINGERPRINT
     if _FINGERPRINT is None:
         from ..kernels import bodies, codes
-        from ..kernels.cpu import _threads, elementwise, vmath
+        from ..kernels.cpu import _threads, elementwise, matmul, vmath
         h = hashlib.sha256()
-        for mod in (bodies, codes, _threads, elementwise, vmath):
+        for mod in (bodies, codes, _threads, elementwise, matmul, vmath):
             with open(mod.__file__, "rb") as fh:
                 h.update(fh.read())
         with open(os.path.abspath(__file__), "rb") as fh:
@@ -129,6 +137,7 @@ class Chain:
     residual: list[tuple[int, list]] = field(default_factory=list)
     access: list[tuple] = field(default_factory=list)   # (ref, key, written, after)
     unstored: set = field(default_factory=set)          # keys of values kept in registers only
+    fold: int | None = None     # the threaded product whose blocks the loop follows (``_fold``)
 
 
 @dataclass
@@ -142,8 +151,10 @@ class FusionPlan:
     dropped: set = field(default_factory=set)
 
     def fused(self, prog: _Program) -> list[tuple[str, ...]]:
-        """Each fused loop's kernel calls, by name (``CompiledStep.stats``)."""
-        return [tuple(prog.calls[link.call][1] for link in c.links) for c in self.chains]
+        """Each fused loop's kernel calls, by name (``CompiledStep.stats``), the
+        product first for a loop folded into one."""
+        return [(*(() if c.fold is None else (prog.calls[c.fold][1],)),
+                 *(prog.calls[link.call][1] for link in c.links)) for c in self.chains]
 
 
 def _root(r: _Ref, alias: dict[int, int]) -> tuple:
@@ -384,7 +395,88 @@ def plan(prog: _Program) -> FusionPlan:
         out.steps.append(("call", k, None))
     close()
     _unstored(prog, out)
+    if device == "cpu" and FOLD:
+        _fold(prog, out, planner)
     return out
+
+
+# the threaded products a chain right after them may fold into: the role of
+# each argument (the product's inputs, its output) by position
+_PRODUCTS = {"gemm_mt": ((0, 1), 2), "linear_mt": ((0, 1, 2), 3)}
+_MATMUL = "numbagrad.kernels.cpu.matmul"
+
+
+def _fold(prog: _Program, out: FusionPlan, planner: _Planner) -> None:
+    """A chain right after a threaded product (``gemm_mt``, ``linear_mt``)
+    that reads the product's output runs inside the product's blocks: each
+    thread computes its block of rows (or columns) by the product's own BLAS
+    call, then the chain's elements of that block while they are in its
+    cache. The blocks and calls are the product's, and the chain's elements
+    do not depend on each other, so the bits are the unfused step's. Only
+    when the chain's frame is the output's shape, the chain touches the
+    output only as those same elements and writes none of the product's
+    inputs (so no block reads what another writes)."""
+    steps = out.steps
+    for i in range(len(steps) - 1, 0, -1):
+        step, before = steps[i], steps[i - 1]
+        if step[0] != "chain" or before[0] != "call" or before[2] is not None:
+            continue
+        chain, k = step[1], before[1]
+        fn, name, rargs, _ = prog.calls[k]
+        if name not in _PRODUCTS or getattr(fn, "__module__", None) != _MATMUL:
+            continue
+        inputs, at = _PRODUCTS[name]
+        res = rargs[at]
+        full = planner.full(res, math.prod(getattr(res, "shape", ()))) \
+            if isinstance(res, _Ref) else None
+        if full is None or res.shape != chain.frame:
+            continue
+        touched = [(r, key, w) for r, key, w, after in chain.access if not after]
+        if not any(key == full.key for _, key, _ in touched) or any(
+                planner.overlap(r, res) and key != full.key for r, key, _ in touched) or any(
+                w and isinstance(rargs[j], _Ref) and planner.overlap(r, rargs[j])
+                for r, _, w in touched for j in inputs):
+            continue
+        chain.fold = k
+        del steps[i - 1]
+
+
+def fold_source(name: str, product: str, arrays: str) -> str:
+    """The folded loop of chain ``name`` (``source``'s) after ``product``
+    ("gemm_mt" or "linear_mt"): ``name_fold_mt`` and its serial twin
+    ``name_fold_st`` (the same blocks on one thread, as ``gemm_st``), called
+    with the product's recorded arguments, then the chain's ``arrays``."""
+    if product == "gemm_mt":
+        params, inner = "a, b, out, ta, tb, alpha, beta", "a.shape[0] if ta else a.shape[1]"
+        whole, check, block = "_gemm", "", "_product_block"
+    else:
+        params, inner = "x, w, bias, out, has_bias, code, p", "x.shape[1]"
+        whole, check, block = "_linear", "    _check_epilogue(code)", "_linear_piece"
+    body = ["@njit(error_model='numpy', inline='always')",
+            f"def {name}_fold({params}, {arrays}):",
+            "    m, n = out.shape",
+            f"    parts, step, by_rows = _blocks(m, n, {inner}, _num_threads())",
+            "    if parts == 1:",
+            f"        {whole}({params})",
+            f"        {name}(0, m, 0, n, {arrays})",
+            "        return",
+            *([check] if check else []),
+            "    previous = _set_blas_threads(1)",
+            "    for q in prange(parts):",
+            "        i0 = q * step",
+            "        i1 = min(m if by_rows else n, i0 + step)",
+            f"        {block}({params}, i0, i1, by_rows)",
+            "        if by_rows:",
+            f"            {name}(i0, i1, 0, n, {arrays})",
+            "        else:",
+            f"            {name}(0, m, i0, i1, {arrays})",
+            "    _set_blas_threads(previous)"]
+    for suffix, parallel in (("mt", ", parallel=True"), ("st", "")):
+        body += ["", "", (f"@njit(cache=True, error_model='numpy'{parallel}, "
+                          f"no_cpython_wrapper=True)"),
+                 f"def {name}_fold_{suffix}({params}, {arrays}):",
+                 f"    {name}_fold({params}, {arrays})"]
+    return "\n".join(body) + "\n"
 
 
 def _unstored(prog: _Program, out: FusionPlan) -> None:

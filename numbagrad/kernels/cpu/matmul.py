@@ -272,22 +272,30 @@ def _blocks(m, n, k, threads):
 
 
 @_inline
+def product_block(a, b, out, trans_a, trans_b, alpha, beta, i0, i1, by_rows):
+    """Rows (``by_rows``) or columns [i0, i1) of a product: one BLAS call on
+    this thread (a block of ``gemm_mt``; ``compile.fusion``'s folded loops
+    call it too)."""
+    lda, ldb, ldc = a.shape[1], b.shape[1], out.shape[1]
+    if by_rows and trans_a:
+        _blas(a[:, i0:i1], b, out[i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+    elif by_rows:
+        _blas(a[i0:i1], b, out[i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+    elif trans_b:
+        _blas(a, b[i0:i1], out[:, i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+    else:
+        _blas(a, b[:, i0:i1], out[:, i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+
+
+@_inline
 def _split_product(a, b, out, trans_a, trans_b, alpha, beta, parts, step, by_rows):
     # the blocks of a product over Numba's threads, each one BLAS call on one thread
-    lda, ldb, ldc = a.shape[1], b.shape[1], out.shape[1]
     span = out.shape[0] if by_rows else out.shape[1]
     previous = _set_blas_threads(1)
     for q in prange(parts):
         i0 = q * step
-        i1 = min(span, i0 + step)
-        if by_rows and trans_a:
-            _blas(a[:, i0:i1], b, out[i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
-        elif by_rows:
-            _blas(a[i0:i1], b, out[i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
-        elif trans_b:
-            _blas(a, b[i0:i1], out[:, i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
-        else:
-            _blas(a, b[:, i0:i1], out[:, i0:i1], trans_a, trans_b, alpha, beta, lda, ldb, ldc)
+        product_block(a, b, out, trans_a, trans_b, alpha, beta, i0, min(span, i0 + step),
+                      by_rows)
     _set_blas_threads(previous)
 
 
@@ -323,18 +331,24 @@ def _linear_split(x, w, bias, out, has_bias, code, p):
         linear(x, w, bias, out, has_bias, code, p)
         return
     _check_epilogue(code)
-    ldc = out.shape[1]
     previous = _set_blas_threads(1)
     for q in prange(parts):
         i0 = q * step
-        if by_rows:
-            i1 = min(m, i0 + step)
-            _linear_block(x[i0:i1], w, bias, out[i0:i1], has_bias, code, p, True, ldc)
-        else:
-            i1 = min(n, i0 + step)
-            _linear_block(x, w[i0:i1], bias[i0:i1], out[:, i0:i1], has_bias, code, p, True,
-                          ldc)
+        linear_block(x, w, bias, out, has_bias, code, p, i0, min(m if by_rows else n,
+                                                                 i0 + step), by_rows)
     _set_blas_threads(previous)
+
+
+@_inline
+def linear_block(x, w, bias, out, has_bias, code, p, i0, i1, by_rows):
+    """Rows (``by_rows``) or columns [i0, i1) of ``linear``: its product one
+    BLAS call on this thread, then the block's bias and activation (a block
+    of ``linear_mt``; ``compile.fusion``'s folded loops call it too)."""
+    ldc = out.shape[1]
+    if by_rows:
+        _linear_block(x[i0:i1], w, bias, out[i0:i1], has_bias, code, p, True, ldc)
+    else:
+        _linear_block(x, w[i0:i1], bias[i0:i1], out[:, i0:i1], has_bias, code, p, True, ldc)
 
 
 @njit(cache=True, error_model="numpy", parallel=True)
