@@ -323,3 +323,59 @@ def test_compiled_step_with_threaded_kernels_is_bit_identical(monkeypatch, tmp_p
     assert step.stats[-1]["mode"] == "njit"
     for a, b in zip(ma.parameters(), mb.parameters()):
         assert np.array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("serial_faster", [True, False])
+def test_a_compiled_step_keeps_the_twins_it_measured_faster(monkeypatch, tmp_path,
+                                                            serial_faster):
+    """After its warm-up a compiled step with threaded kernels times blocks of
+    calls threaded and serial (here on a fake clock that makes one faster),
+    keeps the faster, says which in ``stats``, and stays eager's bits."""
+    from numbagrad.compile import compile as ng_compile
+    from numbagrad.compile import runners
+
+    monkeypatch.setattr(cpu, "MT_MIN", 1)
+    monkeypatch.setattr(cpu, "MT_MIN_MEMORY", 1)
+    rng = np.random.default_rng(9)
+
+    def make():
+        r = np.random.default_rng(10)
+        model = ng.nn.Sequential(ng.nn.Linear(12, 16, dtype=np.float32, rng=r), ng.nn.Tanh(),
+                                 ng.nn.Linear(16, 5, dtype=np.float32, rng=r))
+        return model, ng.optim.SGD(model.parameters(), lr=1e-2, accumulate_steps=2)
+
+    ma, oa = make()
+    mb, ob = make()
+    step = ng_compile(lambda x, y: ng.mse_loss(mb(x), y), optimizer=ob, cache_dir=str(tmp_path))
+    x = ng.tensor(rnorm(rng, (8, 12), np.float32))
+    y = ng.tensor(rnorm(rng, (8, 5), np.float32))
+    now = [0.0]
+    modes = []
+
+    def clock():       # a call's time: 1 ms threaded, 2 ms serial (or the other way)
+        flag = step._last.threads[0]
+        modes.append(flag)
+        now[0] += 0.5e-3 * (1 + (flag == serial_faster))
+        return now[0]
+    monkeypatch.setattr(runners, "_clock", clock)
+    choice = runners._ThreadChoice
+    calls = choice.WARMUP + 2 * choice.BLOCK * choice.ROUNDS + 8
+    running = _threads.governor is not None
+    _threads.stop_governor()             # the governor's switch stays on
+    try:
+        for i in range(calls):
+            if i == 1:
+                assert step.stats[-1]["threads"] == "measuring"
+            with ng.grad_tape():
+                la = ng.mse_loss(ma(x), y)
+            la.backward()
+            oa.step()
+            assert step(x, y).numpy().tobytes() == la.numpy().tobytes(), i
+    finally:
+        if running:
+            _threads.start_governor()
+    assert step.stats[-1]["threads"] == ("serial" if serial_faster else "threaded")
+    assert step._last.threads[0] == (0 if serial_faster else 1)
+    assert {0, 1} <= set(modes) and not isinstance(step._last.run, choice)
+    for a, b in zip(ma.parameters(), mb.parameters()):
+        assert a.numpy().tobytes() == b.numpy().tobytes()

@@ -228,7 +228,7 @@ def test_a_compiled_step_follows_the_switch_with_the_same_bits(quiet, monkeypatc
     for a, b in zip(on_params, mixed_params):
         assert np.array_equal(a, b)
     generated = "".join(p.read_text() for p in tmp_path.rglob("*.py"))
-    assert "_mt" in generated and "!= 0 else m[" in generated
+    assert "_mt" in generated and "!= 0) else m[" in generated
 
 
 def _probe(env_value):

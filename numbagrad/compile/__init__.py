@@ -63,8 +63,10 @@ class CompiledStep:
     ``record_s``, and for "njit" ``codegen_s``, ``jit_s``, ``cache`` ("hit":
     loaded from Numba's cache, "miss": compiled, "loaded": already in this
     process, as for a graph's second batch size), the generated ``module``
-    and ``fused_update``: whether the optimizer's update runs inside it, and
-    ``fused``: each fused elementwise loop's kernel calls by name),
+    and ``fused_update``: whether the optimizer's update runs inside it,
+    ``fused``: each fused elementwise loop's kernel calls by name, and for a
+    step with threaded kernels ``threads``: "measuring", then "threaded" or
+    "serial", the twins it measured faster and keeps),
     ``signatures`` (the cached ones, oldest first).
     """
 
@@ -262,6 +264,9 @@ class CompiledStep:
         stat["mode"] = entry.mode
         if isinstance(entry, _ReplayEntry):
             stat["fused"] = entry.fused
+        if isinstance(entry, _NjitEntry):     # "threads": its measured choice, when it has one
+            stat.update(entry.stat)
+            entry.stat = stat
         stat["total_s"] = time.perf_counter() - t0
         self.stats.append(stat)
         self._entries[key] = entry
@@ -458,6 +463,14 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     A chain reading a threaded GEMM's output runs inside the GEMM's blocks,
     each thread's block computed by the GEMM's own call and then passed
     through the chain while in cache (the same calls: the same bits).
+
+    **Threads.** A step whose kernels include threaded twins times its calls
+    after the first 16, in alternating blocks with the threaded twins and
+    with their serial twins (which give the same bits), and keeps the serial
+    ones when they are at least 10% faster: a step of small kernels can lose
+    more to moving its data between the cores' caches than the threads
+    gain. Steps over 50 ms, or measured while the thread governor has
+    threads off, keep them.
     ``fuse_elementwise=False`` calls every kernel as recorded.
 
     **Cache.** The generated module is written to ``cache_dir`` (default

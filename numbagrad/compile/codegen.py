@@ -76,6 +76,7 @@ class _Codegen:
         self.scalars: dict[str, tuple] = {}  # the scalar functions they call
         self.threaded = False                # a fused loop has a threaded twin
         self.folded = False                  # a fused loop runs in a product's blocks
+        self.step_threads = np.ones(1, np.int64)   # this step's threads switch (threads_on)
         self.opt_roots: list[np.ndarray] = []   # kind "opt": the optimizer's buffers
         self.meta: list[int] = []
         self.fmeta: list[float] = []   # the kernels' float arguments (``f``)
@@ -214,16 +215,17 @@ class _Codegen:
             serial.compile(sig)
         return self.kernel(serial, cargs, {})[0]
 
-    def governor_flag(self) -> str:
-        """The view of ``_threads.ALLOWED`` (1: threaded twins may run)."""
-        key = ("governor",)
-        if key not in self.views:
-            k = len(self.meta)
-            flag = _threads.ALLOWED
-            self.keep.append(flag)
-            self.meta += [flag.__array_interface__["data"][0], 1, flag.itemsize]
-            self.bind(key, f"_array(m, {k}, '<i8:1:C')")
-        return self.views[key]
+    def threads_on(self) -> str:
+        """The test that picks a threaded twin: the thread governor's switch
+        (``_threads.ALLOWED``) and this step's own (``step_threads``: the
+        runner's measured choice, ``_NjitEntry``), both 1."""
+        for key, flag in ((("governor",), _threads.ALLOWED), (("own threads",), self.step_threads)):
+            if key not in self.views:
+                k = len(self.meta)
+                self.keep.append(flag)
+                self.meta += [flag.__array_interface__["data"][0], 1, flag.itemsize]
+                self.bind(key, f"_array(m, {k}, '<i8:1:C')")
+        return f"({self.views[('governor',)]}[0] != 0 and {self.views[('own threads',)]}[0] != 0)"
 
     def arg(self, a: Any) -> str:
         return self.view(a) if isinstance(a, _Ref) else _scalar_expr(a[1], self.meta, self.fmeta)
@@ -266,14 +268,14 @@ class _Codegen:
             self.functions.append(fusion.fold_source(name, product, arrays))
             self.folded = True
             args = [*(self.arg(a) for a in rargs), *args]
-            return "\n".join([f"    if {self.governor_flag()}[0] != 0:",
+            return "\n".join([f"    if {self.threads_on()}:",
                               f"        {name}_fold_mt({', '.join(args)})   # {product} {calls}",
                               "    else:", f"        {name}_fold_st({', '.join(args)})"])
         call = f"{name}(0, {rows}, 0, {cols}, {', '.join(args)})   # fused: {calls}"
         if not chain.threaded:
             return f"    {call}"
         self.threaded = True   # the thread governor's choice, read each call
-        return "\n".join([f"    if {self.governor_flag()}[0] != 0:",
+        return "\n".join([f"    if {self.threads_on()}:",
                           f"        {name}_mt({rows}, {cols}, {', '.join(args)})",
                           "    else:", f"        {call}"])
 
@@ -322,7 +324,7 @@ class _Codegen:
             addr, expect = self.kernel(fn, cargs, kwargs)
             serial = self.serial_twin(name, cargs)
             if serial is not None:   # the thread governor's choice, read each call
-                addr = f"{addr} if {self.governor_flag()}[0] != 0 else {serial}"
+                addr = f"{addr} if {self.threads_on()} else {serial}"
             parts = [self.arg(a) for a in args or rargs]
             body.append(f"    _call({addr}, ({', '.join(parts)},), {expect!r})   # {name}")
         if self.boundary is not None:

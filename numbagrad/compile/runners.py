@@ -5,6 +5,7 @@ eager calls. ``run(args)`` returns the loss tensor or one of the sentinels.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -105,6 +106,12 @@ class _NjitEntry(_Entry):
         self.fmeta = np.array(gen.fmeta, np.float64)
         self.keep = gen.keep
         self.run = self._runner(gen, args)
+        # the step's own threads switch (codegen.threads_on), set by measuring
+        self.threads = gen.step_threads
+        self.stat: dict[str, Any] = {}
+        if ("own threads",) in gen.views:
+            self.stat["threads"] = "measuring"
+            self.run = _ThreadChoice(self, self.run)
         # the recording's own arrays are not needed any more (the arena replaces them)
         prog.originals, prog.temps, prog.inputs = [], [], {}
 
@@ -214,6 +221,57 @@ class _NjitEntry(_Entry):
         exec(self.source, env)   # noqa: S102 (generated from the recording)
         maker.calibrate = env["calibrate"]
         return env["run"]
+
+
+class _ThreadChoice:
+    """The runner of a step with threaded kernels while it measures whether
+    they pay: after ``WARMUP`` calls it alternates blocks of ``BLOCK`` calls
+    with the threaded twins and with their serial twins (the same bits), and
+    after ``ROUNDS`` blocks of each keeps the serial ones when their median
+    call took under ``MARGIN`` times the threaded one's, then hands the
+    entry back its plain runner. Threads can lose on a step of small
+    kernels: each one's data moves to the other core's cache (a CNN step of
+    8x8 images took 1.10 ms threaded and 0.80 ms serial on two cores of an
+    AMD EPYC, while the GPT step took 44 ms threaded and 63 ms serial). A
+    step slower than ``MAX_S``, or one run while the thread governor has
+    threads off, keeps its threads without measuring."""
+
+    WARMUP, BLOCK, ROUNDS, MARGIN, MAX_S = 16, 4, 6, 0.9, 0.05
+
+    def __init__(self, entry: _NjitEntry, run: Callable) -> None:
+        self.entry, self.plain = entry, run
+        self.calls = 0
+        self.times: dict[int, list[float]] = {0: [], 1: []}
+
+    def __call__(self, args: tuple) -> Any:
+        self.calls += 1
+        if self.calls <= self.WARMUP:
+            return self.plain(args)
+        mode = 1 - (self.calls - self.WARMUP - 1) // self.BLOCK % 2
+        self.entry.threads[0] = mode
+        start = _clock()
+        out = self.plain(args)
+        took = _clock() - start
+        if type(out) is object:      # a sentinel: nothing ran
+            return out
+        if took > self.MAX_S or _ALLOWED[0] == 0:
+            self.finish(1)
+            return out
+        times = self.times
+        times[mode].append(took)
+        if min(len(times[0]), len(times[1])) >= self.BLOCK * self.ROUNDS:
+            serial, threaded = (sorted(t)[len(t) // 2] for t in (times[0], times[1]))
+            self.finish(0 if serial < self.MARGIN * threaded else 1)
+        return out
+
+    def finish(self, mode: int) -> None:
+        self.entry.threads[0] = mode
+        self.entry.stat["threads"] = "threaded" if mode else "serial"
+        self.entry.run = self.plain
+
+
+def _clock() -> float:
+    return time.perf_counter()
 
 
 class _LossMaker:
