@@ -20,7 +20,8 @@ from numbagrad.kernels.cpu import _threads
 SPAN = _threads.SPAN
 DTYPES = (np.float32, np.float64)
 TWINS = ("unary", "unary_backward", "binary", "binary_backward", "sum_to", "axpby",
-         "scaled_add", "softmax", "softmax_backward", "mse", "pointwise_loss", "cross_entropy")
+         "scaled_add", "softmax", "softmax_backward", "mse", "pointwise_loss", "cross_entropy",
+         "group_norm", "group_norm_backward")
 
 
 def rnorm(rng, shape, dtype):
@@ -104,6 +105,26 @@ def test_reduction_and_softmax_twins_give_the_serial_bits(dt):
                 cpu.softmax(x, y, axis, log)
                 for beta in (0.0, 1.0):
                     both("softmax_backward", (y, g, g * 2, beta, axis, log), 2)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_norm_twins_give_the_serial_bits(dt):
+    """Layer norm (S == 1: rows four at a time) and group norm: the threaded
+    twins split the rows into blocks (several here, the last one short)."""
+    rng = np.random.default_rng(2)
+    for shape in ((3 * SPAN // 64 + 5, 1, 64, 1), (2 * SPAN // 12 + 3, 2, 3, 2)):
+        n, g, k, _ = shape
+        x, gout = rnorm(rng, shape, dt), rnorm(rng, shape, dt)
+        w, b = rnorm(rng, (g, k), dt), rnorm(rng, (g, k), dt)
+        mean, rstd = np.empty((n, g)), np.empty((n, g))
+        for has_w in (True, False):
+            both("group_norm", (x, w, b, np.empty_like(x), mean, rstd, 1e-5, has_w, has_w),
+                 3, 4, 5)
+        cpu.group_norm(x, w, b, np.empty_like(x), mean, rstd, 1e-5, True, True)
+        dx0, dw0, db0 = rnorm(rng, shape, dt), rnorm(rng, (g, k), dt), rnorm(rng, (g, k), dt)
+        for beta, need in ((0.0, True), (1.0, True), (1.0, False)):
+            both("group_norm_backward", (x, w, gout, mean, rstd, dx0, beta, True, dw0, beta,
+                                         need, db0, beta, need, True), 5, 8, 11)
 
 
 @pytest.mark.parametrize("dt", DTYPES)

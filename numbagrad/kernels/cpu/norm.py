@@ -7,6 +7,8 @@ norm over D trailing elements is (rows, 1, D, 1). A batch norm sees x as
 per-channel work is plain Python below, compiled for the CPU here and for
 CUDA in ``kernels/cuda/norm.py``, so both devices add in the same order.
 Statistics and sums run in float64 (mean and rstd are saved in float64).
+The group norm's threaded twins share blocks of rows among the threads,
+each row computed as the serial kernel computes it (the same bits).
 """
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ __all__ = ["batch_norm", "batch_norm_backward", "group_norm", "group_norm_backwa
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
-from ._threads import _cast_like
+from ._threads import SPAN, _cast_like
 
 
 def group_norm_row(x, w, b, out, mean, rstd, eps, has_w, has_b, n, g):
@@ -236,19 +238,44 @@ def _affine_row(xr, w, b, o, mu, r, has_w, has_b, g):
         o[k] = (xr[k] - mu) * scale + shift
 
 
+@njit(error_model="numpy", inline="always")
+def _norm_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
+    # rows q0 <= q < q1 of (N * G): four at a time for a layer norm
+    G = x.shape[1]
+    q = q0
+    if x.shape[3] == 1:
+        while q + 4 <= q1:
+            _rows4(x, w, b, out, mean, rstd, eps, has_w, has_b, q)
+            q += 4
+    while q < q1:
+        _row(x, w, b, out, mean, rstd, eps, has_w, has_b, q // G, q % G)
+        q += 1
+
+
 @njit(cache=True, error_model="numpy")
 def group_norm(x, w, b, out, mean, rstd, eps, has_w, has_b):
     """out = group-normalised x (N, G, K, S) with weight w and bias b (G, K)
     when ``has_w`` / ``has_b`` (else never read); mean, rstd (N, G) float64."""
-    N, G = x.shape[0], x.shape[1]
-    q = 0
-    if x.shape[3] == 1:
-        while q + 4 <= N * G:
-            _rows4(x, w, b, out, mean, rstd, eps, has_w, has_b, q)
-            q += 4
-    while q < N * G:
-        _row(x, w, b, out, mean, rstd, eps, has_w, has_b, q // G, q % G)
-        q += 1
+    _norm_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, 0, x.shape[0] * x.shape[1])
+
+
+@njit(error_model="numpy", inline="always")
+def _row_block(x):
+    """Rows (n, g) a task of the threaded twins takes: a multiple of four
+    (``_rows4``) holding about ``SPAN`` elements."""
+    per = x.shape[2] * x.shape[3]
+    return max(4, (SPAN // max(per, 1) + 3) // 4 * 4)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def group_norm_mt(x, w, b, out, mean, rstd, eps, has_w, has_b):
+    """``group_norm`` with blocks of rows shared among Numba's threads; every
+    row is computed as the serial kernel computes it (the same bits)."""
+    rows = x.shape[0] * x.shape[1]
+    step = _row_block(x)
+    for t in prange((rows + step - 1) // step):
+        _norm_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, t * step,
+                   min(rows, (t + 1) * step))
 
 
 @njit(cache=True, error_model="numpy")
@@ -256,20 +283,43 @@ def group_norm_backward(x, w, gout, mean, rstd, dx, beta_x, need_x, dw, beta_w, 
                         beta_b, need_b, has_w):
     """The gradients of ``group_norm`` that are ``need_``-ed (the others'
     arrays are never touched), each written with its beta."""
-    N, G, K = x.shape[0], x.shape[1], x.shape[2]
+    N, G = x.shape[0], x.shape[1]
     if need_x:
         bx = _cast_like(dx, beta_x)
         for n in range(N):
             for g in range(G):
                 _row_backward(x, w, gout, mean, rstd, dx, bx, has_w, n, g)
+    _norm_params_backward(x, gout, mean, rstd, dw, beta_w, need_w, db, beta_b, need_b)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def group_norm_backward_mt(x, w, gout, mean, rstd, dx, beta_x, need_x, dw, beta_w, need_w, db,
+                           beta_b, need_b, has_w):
+    """``group_norm_backward`` with dx's rows shared among Numba's threads
+    (each row as the serial kernel computes it); dw and db, sums over the
+    rows in their order, as the serial kernel computes them."""
+    G = x.shape[1]
+    if need_x:
+        bx = _cast_like(dx, beta_x)
+        rows = x.shape[0] * G
+        step = _row_block(x)
+        for t in prange((rows + step - 1) // step):
+            for q in range(t * step, min(rows, (t + 1) * step)):
+                _row_backward(x, w, gout, mean, rstd, dx, bx, has_w, q // G, q % G)
+    _norm_params_backward(x, gout, mean, rstd, dw, beta_w, need_w, db, beta_b, need_b)
+
+
+@njit(error_model="numpy", inline="always")
+def _norm_params_backward(x, gout, mean, rstd, dw, beta_w, need_w, db, beta_b, need_b):
+    G, K = x.shape[1], x.shape[2]
     if need_w or need_b:
         bw, bb = _cast_like(dw, beta_w), _cast_like(db, beta_b)
         if x.shape[3] == 1:
             _layer_param_backward(x, gout, mean, rstd, dw, bw, need_w, db, bb, need_b)
-            return
-        for g in range(G):
-            for k in range(K):
-                _param_backward(x, gout, mean, rstd, dw, bw, need_w, db, bb, need_b, g, k)
+        else:
+            for g in range(G):
+                for k in range(K):
+                    _param_backward(x, gout, mean, rstd, dw, bw, need_w, db, bb, need_b, g, k)
 
 
 @njit(error_model="numpy", inline="always")
