@@ -470,3 +470,52 @@ def test_cuda_launch_bounds():
 
 
 # ------------------------------------------------------------ PTX
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_layer_norm_rows_on_the_cpu_give_the_shared_rows_bits(dt):
+    """A layer norm of C-contiguous arrays runs on the CPU's 2-D rows, whose
+    eight partial sums LLVM vectorises; any other layout runs the shared row
+    functions (the CUDA kernels'): the same bits from both, forward and
+    backward, serial and threaded, for rows of every length mod 8, and the
+    float64 formula's values to rounding."""
+    from numbagrad.kernels.cpu import norm
+
+    rng = np.random.default_rng(5)
+
+    def strided(a):       # a's values in a view that is not C-contiguous
+        s = np.empty(a.shape[:-1] + (2,), a.dtype)[..., :1]
+        s[...] = a
+        return s
+    for k in (1, 7, 8, 13, 128):
+        shape = (37, 1, k, 1)
+        x, g = (rng.normal(size=shape).astype(dt) for _ in range(2))
+        w, b = (rng.normal(size=(1, k)).astype(dt) for _ in range(2))
+        for has_w, has_b in AFFINE:
+            got = []
+            for fn, xx, make in ((norm.group_norm, x, np.empty_like),
+                                 (norm.group_norm_mt, x, np.empty_like),
+                                 (norm.group_norm, strided(x), lambda a: strided(a))):
+                out, mean, rstd = make(x), np.empty((37, 1)), np.empty((37, 1))
+                fn(xx, w, b, out, mean, rstd, 1e-5, has_w, has_b)
+                got.append((np.ascontiguousarray(out), mean, rstd))
+            for other in got[1:]:
+                for a, c in zip(got[0], other):
+                    assert a.tobytes() == c.tobytes(), (k, has_w, has_b)
+            x64 = x.astype(np.float64)
+            xhat = (x64 - x64.mean(2, keepdims=True)) / np.sqrt(x64.var(2, keepdims=True) + 1e-5)
+            want = xhat * (w[None, :, :, None] if has_w else 1) + (b[None, :, :, None]
+                                                                   if has_b else 0)
+            np.testing.assert_allclose(got[0][0], want, rtol=1e-4 if dt == np.float32 else 1e-12,
+                                       atol=1e-5 if dt == np.float32 else 1e-12)
+            mean, rstd = got[0][1], got[0][2]
+            for beta in (0.0, 0.5):
+                grads = []
+                for fn, xx, gg, make in ((norm.group_norm_backward, x, g, np.copy),
+                                         (norm.group_norm_backward_mt, x, g, np.copy),
+                                         (norm.group_norm_backward, x, strided(g), strided)):
+                    dx = make(g)
+                    fn(xx, w, gg, mean, rstd, dx, beta, True, w.copy(), 1.0, False, b.copy(),
+                       1.0, False, has_w)
+                    grads.append(np.ascontiguousarray(dx))
+                assert grads[0].tobytes() == grads[1].tobytes() == grads[2].tobytes(), (k, beta)

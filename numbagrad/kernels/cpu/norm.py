@@ -6,7 +6,9 @@ norm over D trailing elements is (rows, 1, D, 1). A batch norm sees x as
 (N, C, S): statistics per channel c over N * S elements. The per-row and
 per-channel work is plain Python below, compiled for the CPU here and for
 CUDA in ``kernels/cuda/norm.py``, so both devices add in the same order.
-Statistics and sums run in float64 (mean and rstd are saved in float64).
+Statistics and sums run in float64 (mean and rstd are saved in float64);
+a layer norm's row sums (S == 1) add in eight interleaved partial sums,
+element k into partial k % 8 (the tail into the first), combined pairwise.
 The group norm's threaded twins share blocks of rows among the threads,
 each row computed as the serial kernel computes it (the same bits).
 """
@@ -19,6 +21,7 @@ import math
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
 from ._threads import SPAN, _cast_like
 
@@ -31,9 +34,21 @@ def group_norm_row(x, w, b, out, mean, rstd, eps, has_w, has_b, n, g):
     K, S = x.shape[2], x.shape[3]
     m = K * S
     acc = 0.0
-    if S == 1:
-        for k in range(K):
-            acc += x[n, g, k, 0]
+    if S == 1:   # eight partial sums (LANES), as ``_lanes_sum``
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+        k8 = K - K % 8
+        for k in range(0, k8, 8):
+            a0 += x[n, g, k, 0]
+            a1 += x[n, g, k + 1, 0]
+            a2 += x[n, g, k + 2, 0]
+            a3 += x[n, g, k + 3, 0]
+            a4 += x[n, g, k + 4, 0]
+            a5 += x[n, g, k + 5, 0]
+            a6 += x[n, g, k + 6, 0]
+            a7 += x[n, g, k + 7, 0]
+        for k in range(k8, K):
+            a0 += x[n, g, k, 0]
+        acc = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
     else:
         for k in range(K):
             for s in range(S):
@@ -41,9 +56,25 @@ def group_norm_row(x, w, b, out, mean, rstd, eps, has_w, has_b, n, g):
     mu = acc / m
     acc = 0.0
     if S == 1:
-        for k in range(K):
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+        k8 = K - K % 8
+        for k in range(0, k8, 8):
+            d0, d1 = x[n, g, k, 0] - mu, x[n, g, k + 1, 0] - mu
+            d2, d3 = x[n, g, k + 2, 0] - mu, x[n, g, k + 3, 0] - mu
+            d4, d5 = x[n, g, k + 4, 0] - mu, x[n, g, k + 5, 0] - mu
+            d6, d7 = x[n, g, k + 6, 0] - mu, x[n, g, k + 7, 0] - mu
+            a0 += d0 * d0
+            a1 += d1 * d1
+            a2 += d2 * d2
+            a3 += d3 * d3
+            a4 += d4 * d4
+            a5 += d5 * d5
+            a6 += d6 * d6
+            a7 += d7 * d7
+        for k in range(k8, K):
             d = x[n, g, k, 0] - mu
-            acc += d * d
+            a0 += d * d
+        acc = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
     else:
         for k in range(K):
             for s in range(S):
@@ -71,13 +102,44 @@ def group_norm_row_backward(x, w, gout, mean, rstd, dx, beta, has_w, n, g):
     mu, r = mean[n, g], rstd[n, g]
     s1 = 0.0
     s2 = 0.0
-    for k in range(K):
-        wk = w[g, k] if has_w else 1.0
-        if S == 1:
-            gy = gout[n, g, k, 0] * wk
-            s1 += gy
-            s2 += gy * ((x[n, g, k, 0] - mu) * r)
-        else:
+    if S == 1:   # eight partial sums of each (LANES), as ``_lanes_sums2``
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+        b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = 0.0
+        k8 = K - K % 8
+        for k in range(0, k8, 8):
+            y0 = gout[n, g, k, 0] * (w[g, k] if has_w else 1.0)
+            y1 = gout[n, g, k + 1, 0] * (w[g, k + 1] if has_w else 1.0)
+            y2 = gout[n, g, k + 2, 0] * (w[g, k + 2] if has_w else 1.0)
+            y3 = gout[n, g, k + 3, 0] * (w[g, k + 3] if has_w else 1.0)
+            y4 = gout[n, g, k + 4, 0] * (w[g, k + 4] if has_w else 1.0)
+            y5 = gout[n, g, k + 5, 0] * (w[g, k + 5] if has_w else 1.0)
+            y6 = gout[n, g, k + 6, 0] * (w[g, k + 6] if has_w else 1.0)
+            y7 = gout[n, g, k + 7, 0] * (w[g, k + 7] if has_w else 1.0)
+            a0 += y0
+            a1 += y1
+            a2 += y2
+            a3 += y3
+            a4 += y4
+            a5 += y5
+            a6 += y6
+            a7 += y7
+            b0 += y0 * ((x[n, g, k, 0] - mu) * r)
+            b1 += y1 * ((x[n, g, k + 1, 0] - mu) * r)
+            b2 += y2 * ((x[n, g, k + 2, 0] - mu) * r)
+            b3 += y3 * ((x[n, g, k + 3, 0] - mu) * r)
+            b4 += y4 * ((x[n, g, k + 4, 0] - mu) * r)
+            b5 += y5 * ((x[n, g, k + 5, 0] - mu) * r)
+            b6 += y6 * ((x[n, g, k + 6, 0] - mu) * r)
+            b7 += y7 * ((x[n, g, k + 7, 0] - mu) * r)
+        for k in range(k8, K):
+            gy = gout[n, g, k, 0] * (w[g, k] if has_w else 1.0)
+            a0 += gy
+            b0 += gy * ((x[n, g, k, 0] - mu) * r)
+        s1 = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+        s2 = ((b0 + b1) + (b2 + b3)) + ((b4 + b5) + (b6 + b7))
+    else:
+        for k in range(K):
+            wk = w[g, k] if has_w else 1.0
             for s in range(S):
                 gy = gout[n, g, k, s] * wk
                 s1 += gy
@@ -195,39 +257,151 @@ _channel = njit(error_model="numpy", inline="always")(batch_norm_channel)
 _channel_backward = njit(error_model="numpy", inline="always")(batch_norm_channel_backward)
 
 
-# CPU only: with S == 1 (a layer norm) four rows run side by side, each with
-# group_norm_row's own expressions in its own order (the same bits, the CUDA
-# kernels' too): one row's float64 sums are a chain of dependent adds, which
-# four independent chains overlap (768 rows of 128: 310 -> 150 us). The
-# backward's dx has two sums a row already; four rows there were slower.
+# CPU only: a layer norm (S == 1) of C-contiguous arrays runs on 2-D rows
+# with eight partial sums a sum (group_norm_row's order: the same bits, the
+# CUDA kernels' too), eight independent chains where one float64 sum was one
+# dependent add an element: 768 rows of 128 took 106 against 170 us forward on
+# one core (63 against 92 us threaded); the backward, whose per-element work
+# is larger, stayed at 140 us for dx. Other layouts take the shared rows.
 @njit(error_model="numpy", inline="always")
-def _rows4(x, w, b, out, mean, rstd, eps, has_w, has_b, q):
-    G, K = x.shape[1], x.shape[2]
-    n0, g0, n1, g1 = q // G, q % G, (q + 1) // G, (q + 1) % G
-    n2, g2, n3, g3 = (q + 2) // G, (q + 2) % G, (q + 3) // G, (q + 3) % G
-    x0, x1, x2, x3 = x[n0, g0, :, 0], x[n1, g1, :, 0], x[n2, g2, :, 0], x[n3, g3, :, 0]
-    a0 = a1 = a2 = a3 = 0.0
-    for k in range(K):
-        a0 += x0[k]
-        a1 += x1[k]
-        a2 += x2[k]
-        a3 += x3[k]
-    m0, m1, m2, m3 = a0 / K, a1 / K, a2 / K, a3 / K
-    a0 = a1 = a2 = a3 = 0.0
-    for k in range(K):
-        d0, d1, d2, d3 = x0[k] - m0, x1[k] - m1, x2[k] - m2, x3[k] - m3
+def _lanes_sum(xr):
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    K = xr.size
+    k8 = K - K % 8
+    for k in range(0, k8, 8):
+        a0 += xr[k]
+        a1 += xr[k + 1]
+        a2 += xr[k + 2]
+        a3 += xr[k + 3]
+        a4 += xr[k + 4]
+        a5 += xr[k + 5]
+        a6 += xr[k + 6]
+        a7 += xr[k + 7]
+    for k in range(k8, K):
+        a0 += xr[k]
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@njit(error_model="numpy", inline="always")
+def _lanes_squares(xr, mu):
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    K = xr.size
+    k8 = K - K % 8
+    for k in range(0, k8, 8):
+        d0, d1, d2, d3 = xr[k] - mu, xr[k + 1] - mu, xr[k + 2] - mu, xr[k + 3] - mu
+        d4, d5, d6, d7 = xr[k + 4] - mu, xr[k + 5] - mu, xr[k + 6] - mu, xr[k + 7] - mu
         a0 += d0 * d0
         a1 += d1 * d1
         a2 += d2 * d2
         a3 += d3 * d3
-    r0, r1 = 1.0 / math.sqrt(a0 / K + eps), 1.0 / math.sqrt(a1 / K + eps)
-    r2, r3 = 1.0 / math.sqrt(a2 / K + eps), 1.0 / math.sqrt(a3 / K + eps)
-    mean[n0, g0], mean[n1, g1], mean[n2, g2], mean[n3, g3] = m0, m1, m2, m3
-    rstd[n0, g0], rstd[n1, g1], rstd[n2, g2], rstd[n3, g3] = r0, r1, r2, r3
-    _affine_row(x0, w, b, out[n0, g0, :, 0], m0, r0, has_w, has_b, g0)
-    _affine_row(x1, w, b, out[n1, g1, :, 0], m1, r1, has_w, has_b, g1)
-    _affine_row(x2, w, b, out[n2, g2, :, 0], m2, r2, has_w, has_b, g2)
-    _affine_row(x3, w, b, out[n3, g3, :, 0], m3, r3, has_w, has_b, g3)
+        a4 += d4 * d4
+        a5 += d5 * d5
+        a6 += d6 * d6
+        a7 += d7 * d7
+    for k in range(k8, K):
+        d = xr[k] - mu
+        a0 += d * d
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@njit(error_model="numpy", inline="always")
+def _lanes_sums2(xr, gr, wr, mu, r):
+    # s1 = sum of gy, s2 = sum of gy * xhat, gy = gout * w (wr: w's row, or
+    # ones), in group_norm_row_backward's eight partial sums each (scalar
+    # code: eight independent chains a sum, not vector adds)
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = 0.0
+    K = xr.size
+    k8 = K - K % 8
+    for k in range(0, k8, 8):
+        y0, y1 = gr[k] * np.float64(wr[k]), gr[k + 1] * np.float64(wr[k + 1])
+        y2, y3 = gr[k + 2] * np.float64(wr[k + 2]), gr[k + 3] * np.float64(wr[k + 3])
+        y4, y5 = gr[k + 4] * np.float64(wr[k + 4]), gr[k + 5] * np.float64(wr[k + 5])
+        y6, y7 = gr[k + 6] * np.float64(wr[k + 6]), gr[k + 7] * np.float64(wr[k + 7])
+        a0 += y0
+        a1 += y1
+        a2 += y2
+        a3 += y3
+        a4 += y4
+        a5 += y5
+        a6 += y6
+        a7 += y7
+        b0 += y0 * ((xr[k] - mu) * r)
+        b1 += y1 * ((xr[k + 1] - mu) * r)
+        b2 += y2 * ((xr[k + 2] - mu) * r)
+        b3 += y3 * ((xr[k + 3] - mu) * r)
+        b4 += y4 * ((xr[k + 4] - mu) * r)
+        b5 += y5 * ((xr[k + 5] - mu) * r)
+        b6 += y6 * ((xr[k + 6] - mu) * r)
+        b7 += y7 * ((xr[k + 7] - mu) * r)
+    for k in range(k8, K):
+        gy = gr[k] * np.float64(wr[k])
+        a0 += gy
+        b0 += gy * ((xr[k] - mu) * r)
+    return (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)),
+            ((b0 + b1) + (b2 + b3)) + ((b4 + b5) + (b6 + b7)))
+
+
+def _layer_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
+    """Rows q0 <= q < q1 of a layer norm (S == 1): ``group_norm_row``'s values."""
+
+
+@overload(_layer_rows, inline="always")
+def _layer_rows_impl(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
+    if x.layout != "C" or out.layout != "C":
+        def shared(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
+            G = x.shape[1]
+            for q in range(q0, q1):
+                _row(x, w, b, out, mean, rstd, eps, has_w, has_b, q // G, q % G)
+        return shared
+
+    def rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
+        G, K = x.shape[1], x.shape[2]
+        x2 = x.reshape((x.shape[0] * G, K))
+        o2 = out.reshape((x.shape[0] * G, K))
+        for q in range(q0, q1):
+            n, g = q // G, q % G
+            xr = x2[q]
+            mu = _lanes_sum(xr) / K
+            r = 1.0 / math.sqrt(_lanes_squares(xr, mu) / K + eps)
+            mean[n, g] = mu
+            rstd[n, g] = r
+            _affine_row(xr, w, b, o2[q], mu, r, has_w, has_b, g)
+    return rows
+
+
+def _layer_rows_backward(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
+    """dx of rows q0 <= q < q1 of a layer norm: ``group_norm_row_backward``'s."""
+
+
+@overload(_layer_rows_backward, inline="always")
+def _layer_rows_backward_impl(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
+    if x.layout != "C" or gout.layout != "C" or dx.layout != "C" or w.layout != "C":
+        def shared(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
+            G = x.shape[1]
+            for q in range(q0, q1):
+                _row_backward(x, w, gout, mean, rstd, dx, beta, has_w, q // G, q % G)
+        return shared
+
+    def rows(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
+        G, K = x.shape[1], x.shape[2]
+        x2 = x.reshape((x.shape[0] * G, K))
+        g2 = gout.reshape((x.shape[0] * G, K))
+        d2 = dx.reshape((x.shape[0] * G, K))
+        ones = np.ones(0 if has_w else K, w.dtype)
+        for q in range(q0, q1):
+            n, g = q // G, q % G
+            mu, r = mean[n, g], rstd[n, g]
+            xr, gr, dr = x2[q], g2[q], d2[q]
+            wr = w[g] if has_w else ones
+            s1, s2 = _lanes_sums2(xr, gr, wr, mu, r)
+            s1 /= K
+            s2 /= K
+            for k in range(K):
+                wk = w[g, k] if has_w else 1.0
+                v = r * (gr[k] * wk - s1 - (xr[k] - mu) * r * s2)
+                dr[k] = v if beta == 0 else v + beta * dr[k]
+    return rows
 
 
 @njit(error_model="numpy", inline="always")
@@ -240,16 +414,23 @@ def _affine_row(xr, w, b, o, mu, r, has_w, has_b, g):
 
 @njit(error_model="numpy", inline="always")
 def _norm_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
-    # rows q0 <= q < q1 of (N * G): four at a time for a layer norm
-    G = x.shape[1]
-    q = q0
+    # rows q0 <= q < q1 of (N * G)
     if x.shape[3] == 1:
-        while q + 4 <= q1:
-            _rows4(x, w, b, out, mean, rstd, eps, has_w, has_b, q)
-            q += 4
-    while q < q1:
+        _layer_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1)
+        return
+    G = x.shape[1]
+    for q in range(q0, q1):
         _row(x, w, b, out, mean, rstd, eps, has_w, has_b, q // G, q % G)
-        q += 1
+
+
+@njit(error_model="numpy", inline="always")
+def _norm_rows_backward(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
+    if x.shape[3] == 1:
+        _layer_rows_backward(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1)
+        return
+    G = x.shape[1]
+    for q in range(q0, q1):
+        _row_backward(x, w, gout, mean, rstd, dx, beta, has_w, q // G, q % G)
 
 
 @njit(cache=True, error_model="numpy")
@@ -262,7 +443,7 @@ def group_norm(x, w, b, out, mean, rstd, eps, has_w, has_b):
 @njit(error_model="numpy", inline="always")
 def _row_block(x):
     """Rows (n, g) a task of the threaded twins takes: a multiple of four
-    (``_rows4``) holding about ``SPAN`` elements."""
+    holding about ``SPAN`` elements."""
     per = x.shape[2] * x.shape[3]
     return max(4, (SPAN // max(per, 1) + 3) // 4 * 4)
 
@@ -283,12 +464,9 @@ def group_norm_backward(x, w, gout, mean, rstd, dx, beta_x, need_x, dw, beta_w, 
                         beta_b, need_b, has_w):
     """The gradients of ``group_norm`` that are ``need_``-ed (the others'
     arrays are never touched), each written with its beta."""
-    N, G = x.shape[0], x.shape[1]
     if need_x:
         bx = _cast_like(dx, beta_x)
-        for n in range(N):
-            for g in range(G):
-                _row_backward(x, w, gout, mean, rstd, dx, bx, has_w, n, g)
+        _norm_rows_backward(x, w, gout, mean, rstd, dx, bx, has_w, 0, x.shape[0] * x.shape[1])
     _norm_params_backward(x, gout, mean, rstd, dw, beta_w, need_w, db, beta_b, need_b)
 
 
@@ -304,8 +482,8 @@ def group_norm_backward_mt(x, w, gout, mean, rstd, dx, beta_x, need_x, dw, beta_
         rows = x.shape[0] * G
         step = _row_block(x)
         for t in prange((rows + step - 1) // step):
-            for q in range(t * step, min(rows, (t + 1) * step)):
-                _row_backward(x, w, gout, mean, rstd, dx, bx, has_w, q // G, q % G)
+            _norm_rows_backward(x, w, gout, mean, rstd, dx, bx, has_w, t * step,
+                                min(rows, (t + 1) * step))
     _norm_params_backward(x, gout, mean, rstd, dw, beta_w, need_w, db, beta_b, need_b)
 
 
