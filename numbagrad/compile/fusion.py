@@ -422,7 +422,7 @@ def _unfold_singles(out: FusionPlan, singles: list[Chain]) -> None:
         if chain.fold is None:
             at = next(i for i, s in enumerate(out.steps) if s[0] == "chain" and s[1] is chain)
             out.steps[at] = ("call", chain.links[0].call, None)
-            out.chains.remove(chain)
+            out.chains = [c for c in out.chains if c is not chain]   # (not ==: fields)
 
 
 # the threaded products a chain right after them may fold into: the role of
