@@ -261,7 +261,7 @@ class _Codegen:
         product = None if chain.fold is None else self.prog.calls[chain.fold][1]
         arrays = ", ".join([*(f"a{k}" for k in range(len(views))),
                             *(f"k{k}" for k in range(len(scalars)))])
-        # a loop the step already has (each layer's GELU) is compiled once
+        # a loop the step already has (each layer's bias + activation) is compiled once
         known = self.chain_names.setdefault((text.replace(name, "_fused?"), product), name)
         if known == name:
             self.functions.append(text)

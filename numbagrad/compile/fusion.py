@@ -360,21 +360,14 @@ def plan(prog: _Program) -> FusionPlan:
     least = MIN_ELEMENTS if device == "cpu" else CUDA_MIN_ELEMENTS
     out = FusionPlan()
     chain, moved = Chain(), []      # the open chain, and the calls moved ahead of it
-    singles: list[Chain] = []       # one-link chains right after a product: fold or undo
 
     def close() -> None:
         nonlocal chain, moved
-        big = chain.frame[0] * chain.frame[1] >= least
-        if len(chain.links) >= 2 and big:
+        if len(chain.links) >= 2 and chain.frame[0] * chain.frame[1] >= least:
             out.steps += [("call", k, None) for k in moved]
             out.steps.append(("chain", chain))
             out.steps += [("call", k, args) for k, args in chain.residual]
             out.chains.append(chain)
-        elif len(chain.links) == 1 and big and device == "cpu" and FOLD and not moved \
-                and not chain.residual and _after_product(prog, out.steps):
-            out.steps.append(("chain", chain))
-            out.chains.append(chain)
-            singles.append(chain)
         else:   # nothing fused: the recorded order
             calls = sorted(moved + [link.call for link in chain.links])
             out.steps += [("call", k, None) for k in calls]
@@ -401,28 +394,10 @@ def plan(prog: _Program) -> FusionPlan:
         close()
         out.steps.append(("call", k, None))
     close()
-    _unstored(prog, out, singles)
+    _unstored(prog, out)
     if device == "cpu" and FOLD:
         _fold(prog, out, planner)
-    _unfold_singles(out, singles)
     return out
-
-
-def _after_product(prog: _Program, steps: list[tuple]) -> bool:
-    """Whether the last planned step is a threaded product's recorded call."""
-    return bool(steps) and steps[-1][0] == "call" and steps[-1][2] is None \
-        and prog.calls[steps[-1][1]][1] in _PRODUCTS
-
-
-def _unfold_singles(out: FusionPlan, singles: list[Chain]) -> None:
-    """A one-link chain is worth a generated loop only inside a product's
-    blocks (a GELU after its linear: the block still in cache, one parallel
-    region): those that did not fold go back to their recorded call."""
-    for chain in singles:
-        if chain.fold is None:
-            at = next(i for i, s in enumerate(out.steps) if s[0] == "chain" and s[1] is chain)
-            out.steps[at] = ("call", chain.links[0].call, None)
-            out.chains = [c for c in out.chains if c is not chain]   # (not ==: fields)
 
 
 # the threaded products a chain right after them may fold into: the role of
@@ -504,11 +479,10 @@ def fold_source(name: str, product: str, arrays: str) -> str:
     return "\n".join(body) + "\n"
 
 
-def _unstored(prog: _Program, out: FusionPlan, singles: list[Chain]) -> None:
+def _unstored(prog: _Program, out: FusionPlan) -> None:
     """The temps a chain writes afresh before anything reads them, through one
     view, that no call and no other chain touches and the step does not
-    return: their values stay in registers (no store, no arena slot). Not a
-    one-link chain's (``singles``), which may go back to its kernel call."""
+    return: their values stay in registers (no store, no arena slot)."""
     alias = {i: j for j, i in prog.alias}
     users: dict[tuple, set] = {}     # root -> the chains touching it (-1: a call)
     for step in out.steps:
@@ -524,8 +498,6 @@ def _unstored(prog: _Program, out: FusionPlan, singles: list[Chain]) -> None:
                 users.setdefault(_root(r, alias), set()).add(c)
     kept = {_root(prog.loss, alias)} | {_root(r, alias) for r in prog.outputs or []}
     for c, chain in enumerate(out.chains):
-        if any(chain is single for single in singles):
-            continue
         first: dict[tuple, bool] = {}     # root -> whether its first access writes afresh
         keys: dict[tuple, set] = {}
         for link in chain.links:
