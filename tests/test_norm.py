@@ -472,12 +472,11 @@ def test_cuda_launch_bounds():
 # ------------------------------------------------------------ PTX
 
 
-def test_layer_norm_rows_on_the_cpu_give_the_shared_rows_bits():
-    """A layer norm of C-contiguous arrays runs on the CPU's 2-D rows, whose
-    eight partial sums LLVM vectorises; any other layout runs the shared row
-    functions (the CUDA kernels'): the same bits from both, forward and
-    backward, serial and threaded, for rows of every length mod 8, and the
-    float64 formula's values to rounding."""
+def test_layer_norm_rows_give_one_set_of_bits_in_every_layout():
+    """A layer norm's rows add in eight partial sums (the shared row
+    functions, the CUDA kernels' too): the same bits from C-contiguous and
+    strided arrays, forward and backward, serial and threaded, for rows of
+    every length mod 8, and the float64 formula's values to rounding."""
     from numbagrad.kernels.cpu import norm
 
     rng = np.random.default_rng(5)

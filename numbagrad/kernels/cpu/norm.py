@@ -8,7 +8,11 @@ per-channel work is plain Python below, compiled for the CPU here and for
 CUDA in ``kernels/cuda/norm.py``, so both devices add in the same order.
 Statistics and sums run in float64 (mean and rstd are saved in float64);
 a layer norm's row sums (S == 1) add in eight interleaved partial sums,
-element k into partial k % 8 (the tail into the first), combined pairwise.
+element k into partial k % 8 (the tail into the first), combined pairwise:
+on the CPU eight independent chains where one float64 sum was one
+dependent add an element (768 rows of 128: 170 -> 106 us forward on one
+core, 92 -> 63 us on two; the backward's dx, with more work an element,
+stayed at about 140 us).
 The group norm's threaded twins share blocks of rows among the threads,
 each row computed as the serial kernel computes it (the same bits).
 """
@@ -21,7 +25,6 @@ import math
 
 import numpy as np
 from numba import njit, prange
-from numba.extending import overload
 
 from ._threads import SPAN, _cast_like
 
@@ -34,7 +37,7 @@ def group_norm_row(x, w, b, out, mean, rstd, eps, has_w, has_b, n, g):
     K, S = x.shape[2], x.shape[3]
     m = K * S
     acc = 0.0
-    if S == 1:   # eight partial sums (LANES), as ``_lanes_sum``
+    if S == 1:   # eight partial sums: eight independent chains on the CPU
         a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
         k8 = K - K % 8
         for k in range(0, k8, 8):
@@ -102,7 +105,7 @@ def group_norm_row_backward(x, w, gout, mean, rstd, dx, beta, has_w, n, g):
     mu, r = mean[n, g], rstd[n, g]
     s1 = 0.0
     s2 = 0.0
-    if S == 1:   # eight partial sums of each (LANES), as ``_lanes_sums2``
+    if S == 1:   # eight partial sums of each, as the forward
         a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
         b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = 0.0
         k8 = K - K % 8
@@ -257,177 +260,21 @@ _channel = njit(error_model="numpy", inline="always")(batch_norm_channel)
 _channel_backward = njit(error_model="numpy", inline="always")(batch_norm_channel_backward)
 
 
-# CPU only: a layer norm (S == 1) of C-contiguous arrays runs on 2-D rows
-# with eight partial sums a sum (group_norm_row's order: the same bits, the
-# CUDA kernels' too), eight independent chains where one float64 sum was one
-# dependent add an element: 768 rows of 128 took 106 against 170 us forward on
-# one core (63 against 92 us threaded); the backward, whose per-element work
-# is larger, stayed at 140 us for dx. Other layouts take the shared rows.
-@njit(error_model="numpy", inline="always")
-def _lanes_sum(xr):
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-    K = xr.size
-    k8 = K - K % 8
-    for k in range(0, k8, 8):
-        a0 += xr[k]
-        a1 += xr[k + 1]
-        a2 += xr[k + 2]
-        a3 += xr[k + 3]
-        a4 += xr[k + 4]
-        a5 += xr[k + 5]
-        a6 += xr[k + 6]
-        a7 += xr[k + 7]
-    for k in range(k8, K):
-        a0 += xr[k]
-    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-
-
-@njit(error_model="numpy", inline="always")
-def _lanes_squares(xr, mu):
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-    K = xr.size
-    k8 = K - K % 8
-    for k in range(0, k8, 8):
-        d0, d1, d2, d3 = xr[k] - mu, xr[k + 1] - mu, xr[k + 2] - mu, xr[k + 3] - mu
-        d4, d5, d6, d7 = xr[k + 4] - mu, xr[k + 5] - mu, xr[k + 6] - mu, xr[k + 7] - mu
-        a0 += d0 * d0
-        a1 += d1 * d1
-        a2 += d2 * d2
-        a3 += d3 * d3
-        a4 += d4 * d4
-        a5 += d5 * d5
-        a6 += d6 * d6
-        a7 += d7 * d7
-    for k in range(k8, K):
-        d = xr[k] - mu
-        a0 += d * d
-    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-
-
-@njit(error_model="numpy", inline="always")
-def _lanes_sums2(xr, gr, wr, mu, r):
-    # s1 = sum of gy, s2 = sum of gy * xhat, gy = gout * w (wr: w's row, or
-    # ones), in group_norm_row_backward's eight partial sums each (scalar
-    # code: eight independent chains a sum, not vector adds)
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = 0.0
-    K = xr.size
-    k8 = K - K % 8
-    for k in range(0, k8, 8):
-        y0, y1 = gr[k] * np.float64(wr[k]), gr[k + 1] * np.float64(wr[k + 1])
-        y2, y3 = gr[k + 2] * np.float64(wr[k + 2]), gr[k + 3] * np.float64(wr[k + 3])
-        y4, y5 = gr[k + 4] * np.float64(wr[k + 4]), gr[k + 5] * np.float64(wr[k + 5])
-        y6, y7 = gr[k + 6] * np.float64(wr[k + 6]), gr[k + 7] * np.float64(wr[k + 7])
-        a0 += y0
-        a1 += y1
-        a2 += y2
-        a3 += y3
-        a4 += y4
-        a5 += y5
-        a6 += y6
-        a7 += y7
-        b0 += y0 * ((xr[k] - mu) * r)
-        b1 += y1 * ((xr[k + 1] - mu) * r)
-        b2 += y2 * ((xr[k + 2] - mu) * r)
-        b3 += y3 * ((xr[k + 3] - mu) * r)
-        b4 += y4 * ((xr[k + 4] - mu) * r)
-        b5 += y5 * ((xr[k + 5] - mu) * r)
-        b6 += y6 * ((xr[k + 6] - mu) * r)
-        b7 += y7 * ((xr[k + 7] - mu) * r)
-    for k in range(k8, K):
-        gy = gr[k] * np.float64(wr[k])
-        a0 += gy
-        b0 += gy * ((xr[k] - mu) * r)
-    return (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)),
-            ((b0 + b1) + (b2 + b3)) + ((b4 + b5) + (b6 + b7)))
-
-
-def _layer_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
-    """Rows q0 <= q < q1 of a layer norm (S == 1): ``group_norm_row``'s values."""
-
-
-@overload(_layer_rows, inline="always")
-def _layer_rows_impl(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
-    if x.layout != "C" or out.layout != "C":
-        def shared(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
-            G = x.shape[1]
-            for q in range(q0, q1):
-                _row(x, w, b, out, mean, rstd, eps, has_w, has_b, q // G, q % G)
-        return shared
-
-    def rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
-        G, K = x.shape[1], x.shape[2]
-        x2 = x.reshape((x.shape[0] * G, K))
-        o2 = out.reshape((x.shape[0] * G, K))
-        for q in range(q0, q1):
-            n, g = q // G, q % G
-            xr = x2[q]
-            mu = _lanes_sum(xr) / K
-            r = 1.0 / math.sqrt(_lanes_squares(xr, mu) / K + eps)
-            mean[n, g] = mu
-            rstd[n, g] = r
-            _affine_row(xr, w, b, o2[q], mu, r, has_w, has_b, g)
-    return rows
-
-
-def _layer_rows_backward(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
-    """dx of rows q0 <= q < q1 of a layer norm: ``group_norm_row_backward``'s."""
-
-
-@overload(_layer_rows_backward, inline="always")
-def _layer_rows_backward_impl(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
-    if x.layout != "C" or gout.layout != "C" or dx.layout != "C" or w.layout != "C":
-        def shared(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
-            G = x.shape[1]
-            for q in range(q0, q1):
-                _row_backward(x, w, gout, mean, rstd, dx, beta, has_w, q // G, q % G)
-        return shared
-
-    def rows(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
-        G, K = x.shape[1], x.shape[2]
-        x2 = x.reshape((x.shape[0] * G, K))
-        g2 = gout.reshape((x.shape[0] * G, K))
-        d2 = dx.reshape((x.shape[0] * G, K))
-        ones = np.ones(0 if has_w else K, w.dtype)
-        for q in range(q0, q1):
-            n, g = q // G, q % G
-            mu, r = mean[n, g], rstd[n, g]
-            xr, gr, dr = x2[q], g2[q], d2[q]
-            wr = w[g] if has_w else ones
-            s1, s2 = _lanes_sums2(xr, gr, wr, mu, r)
-            s1 /= K
-            s2 /= K
-            for k in range(K):
-                wk = w[g, k] if has_w else 1.0
-                v = r * (gr[k] * wk - s1 - (xr[k] - mu) * r * s2)
-                dr[k] = v if beta == 0 else v + beta * dr[k]
-    return rows
-
-
-@njit(error_model="numpy", inline="always")
-def _affine_row(xr, w, b, o, mu, r, has_w, has_b, g):
-    for k in range(o.size):
-        scale = r * w[g, k] if has_w else r
-        shift = b[g, k] if has_b else 0.0
-        o[k] = (xr[k] - mu) * scale + shift
-
-
 @njit(error_model="numpy", inline="always")
 def _norm_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1):
-    # rows q0 <= q < q1 of (N * G)
-    if x.shape[3] == 1:
-        _layer_rows(x, w, b, out, mean, rstd, eps, has_w, has_b, q0, q1)
-        return
+    # rows q0 <= q < q1 of (N * G); a layer norm's loop of its own, compiled
+    # knowing S == 1 (one loop for both took 233 against 106 us, 768 x 128)
     G = x.shape[1]
+    if x.shape[3] == 1:
+        for q in range(q0, q1):
+            _row(x, w, b, out, mean, rstd, eps, has_w, has_b, q // G, q % G)
+        return
     for q in range(q0, q1):
         _row(x, w, b, out, mean, rstd, eps, has_w, has_b, q // G, q % G)
 
 
 @njit(error_model="numpy", inline="always")
 def _norm_rows_backward(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1):
-    if x.shape[3] == 1:
-        _layer_rows_backward(x, w, gout, mean, rstd, dx, beta, has_w, q0, q1)
-        return
     G = x.shape[1]
     for q in range(q0, q1):
         _row_backward(x, w, gout, mean, rstd, dx, beta, has_w, q // G, q % G)
@@ -442,10 +289,9 @@ def group_norm(x, w, b, out, mean, rstd, eps, has_w, has_b):
 
 @njit(error_model="numpy", inline="always")
 def _row_block(x):
-    """Rows (n, g) a task of the threaded twins takes: a multiple of four
-    holding about ``SPAN`` elements."""
-    per = x.shape[2] * x.shape[3]
-    return max(4, (SPAN // max(per, 1) + 3) // 4 * 4)
+    """Rows (n, g) a task of the threaded twins takes: about ``SPAN``
+    elements, one row at least."""
+    return max(1, SPAN // max(x.shape[2] * x.shape[3], 1))
 
 
 @njit(cache=True, error_model="numpy", parallel=True)
