@@ -165,6 +165,13 @@ def _output_size(x: Tensor, before: tuple, after: tuple, span: tuple, stride: tu
 
 def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
           groups: Any, rank: int, op: str) -> Tensor:
+    return _conv_forward(*_conv_setup(x, weight, bias, stride, padding, dilation, groups, rank,
+                                      op))
+
+
+def _conv_setup(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+                groups: Any, rank: int, op: str) -> tuple:
+    """The checked (x, weight, bias, geometry, out_shape) of a convolution."""
     x, weight, bias, is_batched, groups, cout = _operands(x, weight, bias, groups, rank, op)
     channels = x.shape[-rank - 1]
     kernel = tuple(weight.shape[2:])
@@ -182,22 +189,45 @@ def _conv(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: A
     n = x.shape[0] if is_batched else 1
     out_shape = ((n,) if is_batched else ()) + (cout,) + out_size
     geometry = (n, channels, groups, kernel, stride, before, dilation, out_hw, is_batched, rank)
-    return _conv_forward(x, weight, bias, geometry, out_shape)
+    return x, weight, bias, geometry, out_shape
+
+
+def _is_direct(geometry: tuple) -> bool:
+    """Whether a convolution runs on the direct path (see ``DIRECT_MAX_TAPS``)."""
+    _, channels, groups, (kh, kw), (sh, sw), _, _, (oh, ow), _, _ = geometry
+    return groups == 1 and sh == sw == 1 and channels * kh * kw <= DIRECT_MAX_TAPS \
+        and oh * ow >= DIRECT_MIN_OUTPUTS
 
 
 def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tuple,
                   out_shape: tuple) -> Tensor:
+    if _is_direct(geometry):
+        return _direct_forward(x, weight, bias, geometry, out_shape)
+    n, _, groups, _, _, _, _, (oh, ow), _, _ = geometry
+    kern, dtype = x._kern, x._data.dtype
+    cout = weight.shape[0]
+    cols, w3, prod = _columns_product(x, weight, bias, geometry)
+    out = buffers.take(kern, out_shape, dtype)
+    kernels.call(kern, "expand_nd", out.size,
+                 permuted(reshaped(prod, (groups, n, oh * ow, cout // groups)), (1, 0, 3, 2)),
+                 reshaped(out, (n, groups, cout // groups, oh * ow)), 1.0, 0.0)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return result(out, kern, inputs, _conv_backward, (cols, w3, geometry))
+
+
+def _columns_product(x: Tensor, weight: Tensor, bias: Tensor | None,
+                     geometry: tuple) -> tuple:
+    """(cols, w3, prod): ``im2col`` of x, the weight as (G, C_out/G, K), and
+    their product plus the bias, (G, N*OH*OW, C_out/G): every output
+    position's channels in a row (NHWC for one group)."""
     n, channels, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank \
         = geometry
-    if groups == 1 and sh == sw == 1 and channels * kh * kw <= DIRECT_MAX_TAPS \
-            and oh * ow >= DIRECT_MIN_OUTPUTS:
-        return _direct_forward(x, weight, bias, geometry, out_shape)
     kern, dtype = x._kern, x._data.dtype
     cout = weight.shape[0]
     cout_g, k_g, length = cout // groups, channels // groups * kh * kw, n * oh * ow
     x4 = _as4d(contiguous(x), x.shape, is_batched, rank)
     cols = buffers.take(kern, (groups, n, oh, ow, channels // groups, kh, kw), dtype)
-    kernels.call(kern, "im2col", cols.size, x4, cols, sh, sw, ph, pw, dh, dw)
+    kernels.call(kern, "im2col", x4.size + cols.size, x4, cols, sh, sw, ph, pw, dh, dw)
     w3 = reshaped(contiguous(weight), (groups, cout_g, k_g))
     # the GEMM writes (G, N*OH*OW, C_out/G), every patch's outputs in a row
     prod = buffers.take(kern, (groups, length, cout_g), dtype)
@@ -208,27 +238,35 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
     work = groups * length * k_g * cout_g   # multiply-adds: picks bgemm's threaded twin
     kernels.call(kern, "bgemm", work, reshaped(cols, (groups, length, k_g)), w3, prod,
                  0, 1, 1.0, beta, 1, 1, 1, groups)
-    out = buffers.take(kern, out_shape, dtype)
-    kernels.call(kern, "expand_nd", out.size,
-                 permuted(reshaped(prod, (groups, n, oh * ow, cout_g)), (1, 0, 3, 2)),
-                 reshaped(out, (n, groups, cout_g, oh * ow)), 1.0, 0.0)
-    inputs = (x, weight) if bias is None else (x, weight, bias)
-    return result(out, kern, inputs, _conv_backward, (cols, w3, geometry))
+    return cols, w3, prod
 
 
 def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     x, weight = node.inputs[:2]
     cols, w3, geometry = node.saved
-    n, channels, groups, _, (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank = geometry
+    n, _, groups, _, _, _, _, (oh, ow), _, _ = geometry
     kern, dtype = x._kern, w3.dtype
     cout, length = weight.shape[0], n * oh * ow
-    cout_g, k_g = cout // groups, w3.shape[2]
+    cout_g = cout // groups
     g = ones(kern, (n, cout, oh * ow), dtype) if gout is None else gout
     # (N, C_out, OH*OW) -> (G, N*OH*OW, C_out/G), the GEMMs' layout
     gt = buffers.take(kern, (groups, length, cout_g), dtype)
     kernels.call(kern, "expand_nd", gt.size,
                  permuted(reshaped(g, (n, groups, cout_g, oh * ow)), (1, 0, 3, 2)),
                  reshaped(gt, (groups, n, oh * ow, cout_g)), 1.0, 0.0)
+    _columns_backward(ctx, node, gt)
+
+
+def _columns_backward(ctx: _Backward, node: Node, gt: Any) -> None:
+    """The gradients of ``_columns_product`` from its output's gradient ``gt``
+    (G, N*OH*OW, C_out/G), into node.inputs (x, weight[, bias]); node.saved
+    starts with (cols, w3, geometry)."""
+    x, weight = node.inputs[:2]
+    cols, w3, geometry = node.saved[:3]
+    n, channels, groups, _, (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank = geometry
+    kern, dtype = x._kern, w3.dtype
+    length = n * oh * ow
+    cout_g, k_g = weight.shape[0] // groups, w3.shape[2]
     cols3 = reshaped(cols, (groups, length, k_g))
     work = groups * length * k_g * cout_g   # each GEMM's multiply-adds
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums
@@ -243,8 +281,8 @@ def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:
         kernels.call(kern, "bgemm", work, gt, w3, reshaped(dcols, (groups, length, k_g)),
                      0, 0, 1.0, 0.0, 1, 1, 1, groups)
         dest, beta = ctx.dest(x)
-        kernels.call(kern, "col2im", dest.size, dcols, _as4d(dest, x.shape, is_batched, rank),
-                     sh, sw, ph, pw, dh, dw, beta)
+        kernels.call(kern, "col2im", dcols.size + dest.size, dcols,
+                     _as4d(dest, x.shape, is_batched, rank), sh, sw, ph, pw, dh, dw, beta)
 
 
 # The direct (im2col-free) convolution runs a convolution of one group at
@@ -387,7 +425,7 @@ def _conv_transpose_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geom
     if bias is not None:
         broadcast_into(kern, reshaped(contiguous(bias), (1, cout, 1, 1)), out4.shape, out4)
         beta = 1.0
-    kernels.call(kern, "col2im", out.size, cols, out4, sh, sw, ph, pw, dh, dw, beta)
+    kernels.call(kern, "col2im", cols.size + out.size, cols, out4, sh, sw, ph, pw, dh, dw, beta)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return result(out, kern, inputs, _conv_transpose_backward, (xs, w3, geometry, out_shape))
 
@@ -427,8 +465,8 @@ def _conv_transpose_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     if not (weight.requires_grad or x.requires_grad):
         return
     cols = buffers.take(kern, (groups, n, h, w, cout_g, kh, kw), dtype)
-    kernels.call(kern, "im2col", cols.size, _as4d(g, out_shape, is_batched, rank), cols,
-                 sh, sw, ph, pw, dh, dw)
+    kernels.call(kern, "im2col", g.size + cols.size, _as4d(g, out_shape, is_batched, rank),
+                 cols, sh, sw, ph, pw, dh, dw)
     work = groups * length * k_g * cin_g
     one = groups == 1   # one group: per image, x and dx in NCHW as they are
     cols3 = reshaped(cols, (n, h * w, k_g) if one else (groups, length, k_g))

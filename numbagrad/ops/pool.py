@@ -22,10 +22,20 @@ from .indexing import _indices
 def _window(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: Any,
             op: str) -> tuple:
     """The checked operand and window: (x, batched?, (N, C, H, W), kernel,
-    stride, padding, dilation, (OH, OW)), PyTorch's output size: with
-    ``ceil_mode`` the last window may run past the padded edge, but is
-    dropped when it would start in the right padding."""
+    stride, padding, dilation, (OH, OW)) (see ``_pool_geometry``)."""
     x, is_batched = _batched(operand(x, op), 2, op)
+    shape4 = ((1,) if not is_batched else ()) + tuple(x.shape)
+    return (x, is_batched, shape4) + _pool_geometry(shape4, kernel_size, stride, padding,
+                                                    dilation, ceil_mode, op, describe(x))
+
+
+def _pool_geometry(shape4: tuple, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+                  ceil_mode: Any, op: str, what: str) -> tuple:
+    """The checked window of a pool over (N, C, H, W) ``shape4`` (``what``
+    names the input in errors): (kernel, stride, padding, dilation, (OH,
+    OW)), PyTorch's output size: with ``ceil_mode`` the last window may run
+    past the padded edge, but is dropped when it would start in the right
+    padding."""
     kernel = _ints(kernel_size, 2, op, "kernel_size", 1)
     empty = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)
     stride = kernel if empty else _ints(stride, 2, op, "stride", 1)
@@ -34,14 +44,13 @@ def _window(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any, 
     if any(2 * p > k for p, k in zip(padding, kernel)):
         raise ValueError(f"{op}: padding {padding} must be at most half of kernel_size "
                          f"{kernel} (as PyTorch)")
-    shape4 = ((1,) if not is_batched else ()) + tuple(x.shape)
     out_hw = tuple(_pooled(n, k, s, p, d, bool(ceil_mode)) for n, p, d, k, s in
                    zip(shape4[2:], padding, dilation, kernel, stride))
     if any(o < 1 for o in out_hw):
-        raise ValueError(f"{op}: input {describe(x)} is too small for kernel_size {kernel}, "
+        raise ValueError(f"{op}: input {what} is too small for kernel_size {kernel}, "
                          f"padding {padding}, dilation {dilation}: the output would be "
                          f"{out_hw}")
-    return x, is_batched, shape4, kernel, stride, padding, dilation, out_hw
+    return kernel, stride, padding, dilation, out_hw
 
 
 def _pooled(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -91,7 +100,8 @@ def _max_pool(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any
     out = buffers.take(kern, x.shape[:-2] + (oh, ow), dtype)
     idx = buffers.take(kern, shape4[:2] + (oh, ow), np.int64)   # (ng.compile: a temp)
     out4 = _as4d(out, out.shape, is_batched, 2)
-    kernels.call(kern, op, out.size, _as4d(contiguous(x), x.shape, is_batched, 2),
+    # (the elements the call touches: x read, out and idx written)
+    kernels.call(kern, op, x.size + 2 * out.size, _as4d(contiguous(x), x.shape, is_batched, 2),
                  out4, idx, kh, kw, sh, sw, ph, pw, dh, dw)
     out = result(out, kern, (x,), _max_pool2d_backward,
                  (idx, out.shape, is_batched, (kh, kw, sh, sw, ph, pw, dh, dw)))
@@ -107,7 +117,8 @@ def _max_pool2d_backward(ctx: _Backward, node: Node, gout: Any) -> None:
     kern = x._kern
     g = ones(kern, out_shape, x._data.dtype) if gout is None else gout
     dest, beta = ctx.dest(x)
-    kernels.call(kern, "max_pool2d_backward", dest.size, _as4d(g, g.shape, is_batched, 2), idx,
+    kernels.call(kern, "max_pool2d_backward", dest.size + 2 * g.size,
+                 _as4d(g, g.shape, is_batched, 2), idx,
                  _as4d(dest, x.shape, is_batched, 2), *window, beta)
 
 

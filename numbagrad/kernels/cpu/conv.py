@@ -8,6 +8,11 @@ write dest once; the CUDA kernels gather per element in that same order, so
 both devices add in the same order. Sums run in float64. A convolution
 with few taps (a CNN's first layer) runs without columns: the direct
 kernels at the end of this module.
+
+``im2col``, ``col2im``, the max pools and their gradient have threaded
+twins (``foo_mt``) that give each thread a block of images (or planes):
+every element is computed as the serial kernel computes it, in the same
+order, so the twins give the same bits whatever the thread count.
 """
 from __future__ import annotations
 
@@ -15,14 +20,15 @@ from __future__ import annotations
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
            "avg_pool2d_backward", "col2im", "conv2d_direct", "conv2d_direct_input",
            "conv2d_direct_weight", "im2col", "max_pool2d", "max_pool2d_backward",
-           "max_unpool2d", "max_unpool2d_backward", "relu_max_pool2d"]
+           "max_pool2d_backward_nhwc", "max_unpool2d", "max_unpool2d_backward",
+           "relu_max_pool2d", "relu_max_pool2d_nhwc"]
 
 import math
 
 import numpy as np
-from numba import njit, uint64
+from numba import njit, prange, uint64
 
-from ._threads import _cast_like
+from ._threads import _cast_like, num_threads
 
 
 @njit(error_model="numpy", inline="always")
@@ -59,6 +65,23 @@ def im2col(x, cols, sh, sw, ph, pw, dh, dw):
     (N, C, H, W) and cols (G, N, OH, OW, C/G, KH, KW) C-contiguous; the
     groups, kernel and output sizes come from cols' shape. One output
     position's read offsets (a row of C/G*KH*KW) serve every image."""
+    _im2col_images(x, cols, sh, sw, ph, pw, dh, dw, 0, x.shape[0])
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def im2col_mt(x, cols, sh, sw, ph, pw, dh, dw):
+    """``im2col`` with a block of images per thread (the same copies)."""
+    N = x.shape[0]
+    parts = max(1, min(N, num_threads()))
+    for t in prange(parts):
+        _im2col_images(x, cols, sh, sw, ph, pw, dh, dw, t * N // parts, (t + 1) * N // parts)
+
+
+# Indices below are cast to uint64 (all are >= 0): with signed ones every
+# access carries NumPy's negative-index wraparound, which costs 3-4x here.
+@njit(cache=True, error_model="numpy")
+def _im2col_images(x, cols, sh, sw, ph, pw, dh, dw, n0, n1):
+    """``im2col``'s rows of images n0 to n1 (exclusive)."""
     G, N, OH, OW, CG, KH, KW = cols.shape
     C, H, W = x.shape[1], x.shape[2], x.shape[3]
     xf, cf = x.reshape(x.size), cols.reshape(cols.size)
@@ -73,7 +96,7 @@ def im2col(x, cols, sh, sw, ph, pw, dh, dw):
                 for t in range(T):
                     k = at[q * T + t]
                     row[c * T + t] = (g * CG + c) * HW + k if k >= 0 else -1
-            for n in range(N):
+            for n in range(n0, n1):
                 o = ((g * N + n) * P + q) * CT
                 image = n * C * HW
                 for u in range(CT):
@@ -82,15 +105,18 @@ def im2col(x, cols, sh, sw, ph, pw, dh, dw):
 
 
 @njit(error_model="numpy", inline="always")
-def _store(acc, dest, b):
+def _store(acc, dest, b, lo=0, hi=-1):
     """dest = acc + b * dest (b == 0: dest is never read), acc the float64
-    sums of dest's elements in C order."""
+    sums of dest's elements in C order; only flat elements lo to hi
+    (exclusive; hi < 0: to the end)."""
     flat = dest.reshape(dest.size)
+    if hi < 0:
+        hi = flat.size
     if b == 0:
-        for e in range(flat.size):
+        for e in range(lo, hi):
             flat[uint64(e)] = acc[uint64(e)]
     else:
-        for e in range(flat.size):
+        for e in range(lo, hi):
             flat[uint64(e)] = acc[uint64(e)] + b * flat[uint64(e)]
 
 
@@ -99,18 +125,39 @@ def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta):
     """dest = (every column entry im2col read from an element, added up) +
     beta * dest: the gradient of ``im2col``; beta == 0 never reads dest.
     Each element's entries are added in increasing kernel offset (i, j)."""
+    acc = np.zeros(dest.size, np.float64)
+    _col2im_images(cols, dest, sh, sw, ph, pw, dh, dw, beta, acc, 0, dest.shape[0])
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def col2im_mt(cols, dest, sh, sw, ph, pw, dh, dw, beta):
+    """``col2im`` with a block of images per thread: an image's elements get
+    the same entries in the same order."""
+    N = dest.shape[0]
+    acc = np.zeros(dest.size, np.float64)
+    parts = max(1, min(N, num_threads()))
+    for t in prange(parts):
+        _col2im_images(cols, dest, sh, sw, ph, pw, dh, dw, beta, acc, t * N // parts,
+                       (t + 1) * N // parts)
+
+
+@njit(cache=True, error_model="numpy")
+def _col2im_images(cols, dest, sh, sw, ph, pw, dh, dw, beta, acc, n0, n1):
+    """``col2im`` of images n0 to n1 (exclusive), summed in their part of
+    ``acc`` (zeros, dest's size), one kernel offset (i, j) after another.
+    (Reading the columns in order, output positions backwards, gives the
+    same order but measured 1.6x slower here.)"""
     b = _cast_like(dest, beta)
     G, N, OH, OW, CG, KH, KW = cols.shape
     C, H, W = dest.shape[1], dest.shape[2], dest.shape[3]
     cf = cols.reshape(cols.size)
     P, HW, T = OH * OW, H * W, KH * KW
-    acc = np.zeros(dest.size, np.float64)
     for i in range(KH):
         for j in range(KW):
             at = _offsets(OH, OW, H, W, i * dh - ph, j * dw - pw, sh, sw)
-            o = i * KW + j
             for g in range(G):
-                for n in range(N):
+                for n in range(n0, n1):
+                    o = ((g * N + n) * P * CG) * T + i * KW + j
                     for q in range(P):
                         k = at[q]
                         if k < 0:
@@ -119,7 +166,7 @@ def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta):
                         for c in range(CG):
                             acc[uint64((n * C + g * CG + c) * HW + k)] += cf[uint64(o)]
                             o += T
-    _store(acc, dest, b)
+    _store(acc, dest, b, n0 * C * HW, n1 * C * HW)
 
 
 @njit(error_model="numpy", inline="always")
@@ -134,21 +181,20 @@ POOL_PAIRS = 2048   # _max_pool_2x2's pairs per pass: its scratch stays in the L
 
 
 @njit(error_model="numpy", inline="always")
-def _max_pool_2x2(xf, of, jf, OH, OW, W, relu):
+def _max_pool_2x2(xf, of, jf, OH, OW, W, relu, lo, hi):
     """The 2x2 windows of stride 2 tiling the planes (flat xf, of, jf), a
     few planes at a time: each row's pairs first, in one long loop that
     vectorises (a window's column pair is adjacent), then the two rows'
     pair maxima. The same picks as the row-major scan: (a, b) then (c, d),
     the later pair taking over only when larger or nan, is the scan's first
-    max (and its last nan)."""
+    max (and its last nan). Planes lo to hi (exclusive)."""
     HW = 2 * OH * W
-    planes = of.size // (OH * OW)
     step = max(1, POOL_PAIRS // (HW // 2))   # planes per pass
     pm = np.empty(step * HW // 2, xf.dtype)
     pk = np.empty(step * HW // 2, np.int64)
     zero = xf.dtype.type(0)
-    for p0 in range(0, planes, step):
-        p1 = min(planes, p0 + step)
+    for p0 in range(lo, hi, step):
+        p1 = min(hi, p0 + step)
         x0 = p0 * HW
         for t in range((p1 - p0) * HW // 2):
             a, b = xf[uint64(x0 + 2 * t)], xf[uint64(x0 + 2 * t + 1)]
@@ -172,9 +218,25 @@ def _max_pool_2x2(xf, of, jf, OH, OW, W, relu):
 
 
 @njit(error_model="numpy", inline="always")
-def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, relu):
-    """``max_pool2d``'s body; with ``relu`` the max of relu(x) (see
-    ``relu_max_pool2d``)."""
+def _windows(OH, OW, H, W, kh, kw, sh, sw, ph, pw, dh, dw):
+    """(window, first): window[q * T + t] the t-th position (row-major) of
+    window q in a plane, -1 in the padding; first[q] the idx of a window
+    whose max is never set, its first in-bounds row and column (PyTorch's)."""
+    window = _patch_offsets(OH, OW, H, W, kh, kw, sh, sw, ph, pw, dh, dw)
+    first = np.empty(OH * OW, np.int64)
+    for q in range(OH * OW):
+        oh, ow = q // OW, q % OW
+        h0, w0 = oh * sh - ph, ow * sw - pw
+        h0 += ((dh - 1 - h0) // dh) * dh if h0 < 0 else 0
+        w0 += ((dw - 1 - w0) // dw) * dw if w0 < 0 else 0
+        first[q] = h0 * W + w0
+    return window, first
+
+
+@njit(cache=True, error_model="numpy")
+def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, relu, lo, hi):
+    """``max_pool2d``'s body over planes (n, c) lo to hi (exclusive); with
+    ``relu`` the max of relu(x) (see ``relu_max_pool2d``)."""
     N, C, OH, OW = out.shape
     H, W = x.shape[2], x.shape[3]
     xf, of, jf = x.reshape(x.size), out.reshape(out.size), idx.reshape(idx.size)
@@ -183,12 +245,12 @@ def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, relu):
     zero = xf.dtype.type(0)
     if kh == 2 and kw == 2 and sh == 2 and sw == 2 and dh == 1 and dw == 1 and ph == 0 \
             and pw == 0 and H == 2 * OH and W == 2 * OW:
-        _max_pool_2x2(xf, of, jf, OH, OW, W, relu)
+        _max_pool_2x2(xf, of, jf, OH, OW, W, relu, lo, hi)
         return
     if kh == 2 and kw == 2 and ph == 0 and pw == 0 and (OH - 1) * sh + dh < H \
             and (OW - 1) * sw + dw < W:    # (ceil_mode's last windows can run past the edge)
-        o = 0
-        for p in range(N * C):
+        o = lo * P
+        for p in range(lo, hi):
             base = p * HW
             for oh in range(OH):
                 for ow in range(OW):
@@ -204,17 +266,9 @@ def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, relu):
                     jf[uint64(o)] = at
                     o += 1
         return
-    # window[q * T + t]: the t-th position (row-major) of window q, -1 in the padding
-    window = _patch_offsets(OH, OW, H, W, kh, kw, sh, sw, ph, pw, dh, dw)
-    first = np.empty(P, np.int64)   # idx of a window whose max is never set: its first
-    for q in range(P):              # in-bounds row and column, as PyTorch
-        oh, ow = q // OW, q % OW
-        h0, w0 = oh * sh - ph, ow * sw - pw
-        h0 += ((dh - 1 - h0) // dh) * dh if h0 < 0 else 0
-        w0 += ((dw - 1 - w0) // dw) * dw if w0 < 0 else 0
-        first[q] = h0 * W + w0
-    o = 0
-    for p in range(N * C):
+    window, first = _windows(OH, OW, H, W, kh, kw, sh, sw, ph, pw, dh, dw)
+    o = lo * P
+    for p in range(lo, hi):
         base = p * HW
         for q in range(P):
             best, at = neg, first[uint64(q)]
@@ -238,7 +292,13 @@ def max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
     even sizes) take a vectorised path (2-2.5x faster here); other 2x2 windows
     inside x are unrolled (both: same order, same result): short inner
     loops cost 2x here."""
-    _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, False)
+    _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, False, 0, out.shape[0] * out.shape[1])
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def max_pool2d_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+    """``max_pool2d`` with a block of planes per thread."""
+    _max_pool_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, False)
 
 
 @njit(cache=True, error_model="numpy")
@@ -248,7 +308,22 @@ def relu_max_pool2d(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
     (PyTorch's relu passes none where its output is <= 0, so neither does
     the chain relu -> max_pool2d there); elsewhere idx is ``max_pool2d``'s,
     which is relu(x)'s first max too. ``max_pool2d_backward`` skips idx -1."""
-    _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, True)
+    _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, True, 0, out.shape[0] * out.shape[1])
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def relu_max_pool2d_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+    """``relu_max_pool2d`` with a block of planes per thread."""
+    _max_pool_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, True)
+
+
+@njit(error_model="numpy", inline="always")
+def _max_pool_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, relu):
+    planes = out.shape[0] * out.shape[1]
+    parts = max(1, min(planes, num_threads()))
+    for t in prange(parts):
+        _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, relu, t * planes // parts,
+                  (t + 1) * planes // parts)
 
 
 @njit(cache=True, error_model="numpy")
@@ -257,36 +332,138 @@ def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
     a window of idx -1 (``relu_max_pool2d``'s cut ones) adds nothing. Windows
     that cannot overlap (each element in at most one) write dest in place,
     with the same float64 arithmetic as the scratch sums."""
+    _max_pool_backward(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, 0, g.shape[0] * g.shape[1],
+                       False)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def max_pool2d_backward_mt(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
+    """``max_pool2d_backward`` with a block of planes per thread (a plane's
+    windows add into that plane only)."""
+    _max_pool_backward_mt(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, False)
+
+
+@njit(error_model="numpy", inline="always")
+def _max_pool_backward_mt(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, nhwc):
+    planes = g.shape[0] * g.shape[1]
+    parts = max(1, min(planes, num_threads()))
+    for t in prange(parts):
+        _max_pool_backward(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, t * planes // parts,
+                           (t + 1) * planes // parts, nhwc)
+
+
+@njit(cache=True, error_model="numpy")
+def _max_pool_backward(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, lo, hi, nhwc):
+    """``max_pool2d_backward`` of planes (n, c) lo to hi (exclusive); with
+    ``nhwc`` into an (N, H, W, C) dest (``max_pool2d_backward_nhwc``). Each
+    element's windows add in increasing order."""
     b = _cast_like(dest, beta)
     N, C, OH, OW = g.shape
-    HW = dest.shape[2] * dest.shape[3]
+    HW = dest.size // max(N * C, 1)
     gf, jf, df = g.reshape(g.size), idx.reshape(idx.size), dest.reshape(dest.size)
     P = OH * OW
-    if (kh - 1) * dh < sh and (kw - 1) * dw < sw:
-        if b == 0:
-            for e in range(df.size):
-                df[uint64(e)] = 0.0
-        else:
-            for e in range(df.size):
-                df[uint64(e)] = 0.0 + b * df[uint64(e)]
-        o = 0
-        for p in range(N * C):
-            for q in range(P):
-                j = jf[uint64(o)]
-                if j >= 0:
-                    e = uint64(p * HW + j)
-                    df[e] = (0.0 + gf[uint64(o)]) + df[e]
-                o += 1
-        return
-    acc = np.zeros(dest.size, np.float64)
-    o = 0
-    for p in range(N * C):
+    step = C if nhwc else 1            # plane p's element j: first + j * step
+    overlap = (kh - 1) * dh >= sh or (kw - 1) * dw >= sw
+    acc = np.zeros((hi - lo) * HW if overlap else 0, np.float64)
+    for p in range(lo, hi):
+        first = (p - p % C) * HW + p % C if nhwc else p * HW
+        if not overlap:                # each element in one window at most: in place
+            for j in range(HW):
+                e = uint64(first + j * step)
+                df[e] = 0.0 if b == 0 else 0.0 + b * df[e]
         for q in range(P):
-            j = jf[uint64(o)]
-            if j >= 0:
-                acc[uint64(p * HW + j)] += gf[uint64(o)]
-            o += 1
-    _store(acc, dest, b)
+            o = uint64(p * P + q)
+            j = jf[o]
+            if j < 0:
+                continue
+            if overlap:
+                acc[uint64((p - lo) * HW + j)] += gf[o]
+            else:
+                e = uint64(first + j * step)
+                df[e] = (0.0 + gf[o]) + df[e]
+        if overlap:
+            for j in range(HW):
+                e = uint64(first + j * step)
+                total = acc[uint64((p - lo) * HW + j)]
+                df[e] = total if b == 0 else total + b * df[e]
+
+
+# ------------------------------------------------ the max pools of NHWC input
+# A convolution's GEMM writes (N*OH*OW, C_out): an NHWC image. The fused
+# conv2d -> relu -> max_pool2d (ops/conv_pool.py) pools it as it is, into
+# NCHW, instead of reordering it into NCHW first; its gradient goes back
+# into the GEMM's layout. Same picks, same sums as the NCHW kernels.
+@njit(cache=True, error_model="numpy")
+def relu_max_pool2d_nhwc(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+    """``relu_max_pool2d`` of x (N, H, W, C), C-contiguous: out and idx
+    (N, C, OH, OW) as ``relu_max_pool2d`` gives them for x's NCHW
+    transpose (idx: h * W + w in the plane). Each window's channels are one
+    vectorised loop."""
+    _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, 0, x.shape[0])
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def relu_max_pool2d_nhwc_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+    """``relu_max_pool2d_nhwc`` with a block of images per thread."""
+    N = x.shape[0]
+    parts = max(1, min(N, num_threads()))
+    for t in prange(parts):
+        _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, t * N // parts,
+                          (t + 1) * N // parts)
+
+
+@njit(cache=True, error_model="numpy")
+def _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, n0, n1):
+    N, H, W, C = x.shape
+    OH, OW = out.shape[2], out.shape[3]
+    P, T = OH * OW, kh * kw
+    xf, of, jf = x.reshape(x.size), out.reshape(out.size), idx.reshape(idx.size)
+    window, first = _windows(OH, OW, H, W, kh, kw, sh, sw, ph, pw, dh, dw)
+    best = np.empty(C, x.dtype)
+    at = np.empty(C, np.int64)
+    neg, zero = x.dtype.type(-np.inf), x.dtype.type(0)
+    for n in range(n0, n1):
+        for q in range(P):
+            f = first[q]
+            for c in range(C):
+                best[c] = neg
+                at[c] = f
+            for t in range(q * T, q * T + T):
+                k = window[t]
+                if k >= 0:
+                    _pick_channels(xf, uint64((n * H * W + k) * C), k, best, at)
+            o = uint64(n * C * P + q)
+            for c in range(C):
+                v, a = best[c], at[c]
+                if v <= zero:   # (a nan stays)
+                    v, a = zero, -1
+                of[o + uint64(c * P)] = v
+                jf[o + uint64(c * P)] = a
+
+
+@njit(error_model="numpy", inline="always")
+def _pick_channels(xf, base, k, best, at):
+    """``_pick`` of every channel's element at plane position k (xf[base:])."""
+    for c in range(best.size):
+        v = xf[base + uint64(c)]
+        b = best[c]
+        take = (v > b) | (v != v)
+        best[c] = v if take else b
+        at[c] = k if take else at[c]
+
+
+@njit(cache=True, error_model="numpy")
+def max_pool2d_backward_nhwc(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
+    """``max_pool2d_backward`` into an NHWC dest (N, H, W, C): the gradient of
+    ``relu_max_pool2d_nhwc``; g and idx (N, C, OH, OW)."""
+    _max_pool_backward(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, 0, g.shape[0] * g.shape[1],
+                       True)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def max_pool2d_backward_nhwc_mt(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
+    """``max_pool2d_backward_nhwc`` with a block of planes per thread."""
+    _max_pool_backward_mt(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, True)
 
 
 def pool_divisor(oh, ow, H, W, kh, kw, sh, sw, ph, pw, include_pad, divisor):

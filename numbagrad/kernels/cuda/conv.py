@@ -9,7 +9,8 @@ from __future__ import annotations
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
            "avg_pool2d_backward", "col2im", "conv2d_direct", "conv2d_direct_input",
            "conv2d_direct_weight", "im2col", "max_pool2d", "max_pool2d_backward",
-           "max_unpool2d", "max_unpool2d_backward", "relu_max_pool2d"]
+           "max_pool2d_backward_nhwc", "max_unpool2d", "max_unpool2d_backward",
+           "relu_max_pool2d", "relu_max_pool2d_nhwc"]
 
 import math
 
@@ -97,11 +98,12 @@ def _col2im_source(config: Config, dtype):
     return col2im_kernel
 
 
-def _max_pool_source(relu: bool):
-    """The max_pool2d kernel; with ``relu`` relu_max_pool2d's (see the CPU's)."""
+def _max_pool_source(relu: bool, nhwc: bool = False):
+    """The max_pool2d kernel; with ``relu`` relu_max_pool2d's (see the CPU's);
+    with ``nhwc`` too, relu_max_pool2d_nhwc's (x (N, H, W, C))."""
     def max_pool2d_kernel(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
         N, C, OH, OW = out.shape
-        H, W = x.shape[2], x.shape[3]
+        H, W = (x.shape[1], x.shape[2]) if nhwc else (x.shape[2], x.shape[3])
         k = cuda.grid(1)
         while k < out.size:
             n, c, oh, ow = _nchw(k, C, OH, OW)
@@ -119,7 +121,7 @@ def _max_pool_source(relu: bool):
                     for j in range(kw):
                         w = ow * sw - pw + j * dw
                         if 0 <= w < W:
-                            v = x[n, c, h, w]
+                            v = x[n, h, w, c] if nhwc else x[n, c, h, w]
                             if v > best or v != v:
                                 best = v
                                 at = h * W + w
@@ -147,15 +149,17 @@ def _relu_max_pool2d_source(config: Config, dtype):
     return _max_pool_source(True)
 
 
-@kernel("max_pool2d_backward", lambda dt: (_a(dt, 4), array_type(int64, 4), _a(dt, 4), _I, _I,
-                                           _I, _I, _I, _I, _I, _I, dt))
-def _max_pool2d_backward_source(config: Config, dtype):
+def _max_pool_backward_source(nhwc: bool):
+    """The max_pool2d_backward kernel; with ``nhwc``, into an (N, H, W, C) dest."""
     def max_pool2d_backward_kernel(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta):
         N, C, OH, OW = g.shape
-        H, W = dest.shape[2], dest.shape[3]
+        H, W = (dest.shape[1], dest.shape[2]) if nhwc else (dest.shape[2], dest.shape[3])
         k = cuda.grid(1)
         while k < dest.size:
-            n, c, h, w = _nchw(k, C, H, W)
+            if nhwc:
+                n, h, w, c = _nchw(k, H, W, C)
+            else:
+                n, c, h, w = _nchw(k, C, H, W)
             acc = 0.0
             for i in range(kh - 1, -1, -1):   # windows in increasing order
                 t = h + ph - i * dh
@@ -165,10 +169,32 @@ def _max_pool2d_backward_source(config: Config, dtype):
                         if u >= 0 and u % sw == 0 and u // sw < OW:
                             if idx[n, c, t // sh, u // sw] == h * W + w:
                                 acc += g[n, c, t // sh, u // sw]
-            _put(dest, n, c, h, w, acc, beta)
+            if nhwc:
+                dest[n, h, w, c] = acc if beta == 0.0 else acc + beta * dest[n, h, w, c]
+            else:
+                _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
 
     return max_pool2d_backward_kernel
+
+
+_POOL_BACKWARD_SIGNATURE = lambda dt: (_a(dt, 4), array_type(int64, 4), _a(dt, 4),  # noqa: E731
+                                       _I, _I, _I, _I, _I, _I, _I, _I, dt)
+
+
+@kernel("max_pool2d_backward", _POOL_BACKWARD_SIGNATURE)
+def _max_pool2d_backward_source(config: Config, dtype):
+    return _max_pool_backward_source(False)
+
+
+@kernel("relu_max_pool2d_nhwc", _POOL_SIGNATURE)
+def _relu_max_pool2d_nhwc_source(config: Config, dtype):
+    return _max_pool_source(True, nhwc=True)
+
+
+@kernel("max_pool2d_backward_nhwc", _POOL_BACKWARD_SIGNATURE)
+def _max_pool2d_backward_nhwc_source(config: Config, dtype):
+    return _max_pool_backward_source(True)
 
 
 @kernel("avg_pool2d", lambda dt: (_a(dt, 4), _a(dt, 4), _I, _I, _I, _I, _I, _I, _B, _I))
@@ -454,6 +480,18 @@ def conv2d_direct_weight(g, x, dest, bias_dest, ph, pw, dh, dw, beta, bias_beta,
     if has_bias:
         _run("conv2d_direct_bias", bias_dest.size, bias_dest, g, bias_dest,
              bias_dest.dtype.type(bias_beta))
+
+
+def relu_max_pool2d_nhwc(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw) -> None:
+    """See ``kernels.cpu.relu_max_pool2d_nhwc``."""
+    _run("relu_max_pool2d_nhwc", out.size, out, x, out, idx, int(kh), int(kw), int(sh), int(sw),
+         int(ph), int(pw), int(dh), int(dw))
+
+
+def max_pool2d_backward_nhwc(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta) -> None:
+    """See ``kernels.cpu.max_pool2d_backward_nhwc``."""
+    _run("max_pool2d_backward_nhwc", dest.size, dest, g, idx, dest, int(kh), int(kw), int(sh),
+         int(sw), int(ph), int(pw), int(dh), int(dw), dest.dtype.type(beta))
 
 
 def max_pool2d_backward(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta) -> None:

@@ -1,0 +1,72 @@
+"""``max_pool2d(relu(conv2d(x)))`` as one op, forward beside backward (no
+public row: ``nn.Sequential`` reaches it for a ``Conv2d``, ``ReLU``,
+``MaxPool2d`` run, ``nn/fusion.py``).
+
+A convolution on the columns path computes its output as the GEMM's
+(N*OH*OW, C_out) rows, an NHWC image, and reorders it into NCHW; its
+backward reorders the output's gradient back. Here the pool reads the
+GEMM's rows as they are (``relu_max_pool2d_nhwc``, writing NCHW) and its
+gradient goes straight into the GEMM's layout
+(``max_pool2d_backward_nhwc``): both reorderings and the convolution's
+NCHW output are gone. The values and gradients are the three ops' bit for
+bit (the reorderings are exact copies; the picks and sums are the NCHW
+kernels'). A convolution of several groups or on the direct path (which
+writes NCHW itself) runs as the two ops ``conv2d`` and ``_relu_max_pool2d``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import buffers, kernels
+from ..tape import Node, _Backward
+from ..tensor import Tensor
+from ._common import ones, reshaped, result
+from .conv import (_columns_backward, _columns_product, _conv_forward, _conv_setup,
+                   _is_direct)
+from .pool import _pool_geometry, _relu_max_pool2d
+
+
+def _conv2d_relu_max_pool2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1,
+                            padding: Any = 0, dilation: Any = 1, groups: Any = 1, *,
+                            kernel_size: Any, pool_stride: Any = None, pool_padding: Any = 0,
+                            pool_dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+    """``max_pool2d(relu(conv2d(x, weight, bias, stride, padding, dilation,
+    groups)), kernel_size, pool_stride, pool_padding, pool_dilation,
+    ceil_mode)``: both ops' arguments are checked before anything runs."""
+    x, weight, bias, geometry, conv_shape = _conv_setup(x, weight, bias, stride, padding,
+                                                        dilation, groups, 2, "conv2d")
+    n, _, groups, _, _, _, _, (oh, ow), is_batched, _ = geometry
+    cout = weight.shape[0]
+    window4 = _pool_geometry((n, cout, oh, ow), kernel_size, pool_stride, pool_padding,
+                            pool_dilation, ceil_mode, "max_pool2d",
+                            f"(the convolution's output, of shape {conv_shape})")
+    if groups != 1 or n == 0 or _is_direct(geometry):
+        return _relu_max_pool2d(_conv_forward(x, weight, bias, geometry, conv_shape),
+                                kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (qh, qw) = window4
+    kern, dtype = x._kern, x._data.dtype
+    cols, w3, prod = _columns_product(x, weight, bias, geometry)
+    out = buffers.take(kern, ((n,) if is_batched else ()) + (cout, qh, qw), dtype)
+    idx = buffers.take(kern, (n, cout, qh, qw), np.int64)   # (ng.compile: a temp)
+    window = (kh, kw, sh, sw, ph, pw, dh, dw)
+    # (the elements the call touches: the rows read, out and idx written)
+    kernels.call(kern, "relu_max_pool2d_nhwc", prod.size + 2 * out.size,
+                 reshaped(prod, (n, oh, ow, cout)), reshaped(out, idx.shape), idx, *window)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return result(out, kern, inputs, _conv2d_relu_max_pool2d_backward,
+                  (cols, w3, geometry, idx, window))
+
+
+def _conv2d_relu_max_pool2d_backward(ctx: _Backward, node: Node, gout: Any) -> None:
+    x = node.inputs[0]
+    cols, w3, geometry, idx, window = node.saved
+    n, _, _, _, _, _, _, (oh, ow), _, _ = geometry
+    kern, dtype = x._kern, w3.dtype
+    cout = w3.shape[1]
+    g = ones(kern, idx.shape, dtype) if gout is None else gout
+    gt = buffers.take(kern, (1, n * oh * ow, cout), dtype)   # the GEMM's layout
+    kernels.call(kern, "max_pool2d_backward_nhwc", gt.size + 2 * idx.size,
+                 reshaped(g, idx.shape), idx, reshaped(gt, (n, oh, ow, cout)), *window, 0.0)
+    _columns_backward(ctx, node, gt)

@@ -1,0 +1,247 @@
+"""The fused conv2d -> relu -> max_pool2d (``ops/conv_pool.py``, reached by
+``nn.Sequential``): bit for bit the three ops' values and gradients (both
+dtypes, both devices, ties and nans, overlapping and padded windows),
+PyTorch's chain to rounding, its fallbacks, its errors before any kernel
+runs, the NHWC kernels' threaded twins, and a compiled CNN against eager."""
+
+import re
+
+import numpy as np
+import pytest
+
+import numbagrad as ng
+from conftest import KernelNames, compiled_matches_eager, cuda_dev
+from numbagrad import kernels
+from numbagrad.kernels import cpu
+from numbagrad.ops import conv as conv_ops
+from numbagrad.ops.conv_pool import _conv2d_relu_max_pool2d as fused
+from numbagrad.ops.pool import _relu_max_pool2d
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# (x shape, weight shape, conv keywords, pool keywords): all on the columns path
+CASES = [
+    ((3, 2, 6, 6), (4, 2, 3, 3), dict(padding=1), dict(kernel_size=2)),
+    ((2, 3, 7, 5), (2, 3, 3, 3), dict(padding=1), dict(kernel_size=2)),       # odd: unrolled
+    ((2, 4, 6, 6), (3, 4, 3, 3), dict(padding=1), dict(kernel_size=3, pool_stride=1)),  # overlap
+    ((1, 4, 7, 7), (5, 4, 3, 3), dict(stride=2, padding=2),
+     dict(kernel_size=3, pool_stride=2, pool_padding=1, ceil_mode=True)),
+    ((2, 4, 8, 8), (2, 4, 2, 2), dict(dilation=2),
+     dict(kernel_size=2, pool_stride=1, pool_dilation=2)),
+    ((4, 5, 5), (3, 4, 3, 3), dict(padding=1), dict(kernel_size=2)),          # unbatched
+]
+
+
+def _data(xs, ws, dtype, seed=0):
+    """Small integers (exact sums: many tied windows, and relu's zeros) and a nan."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, size=xs).astype(dtype)
+    x.reshape(-1)[3] = np.nan
+    w = rng.integers(-1, 2, size=ws).astype(dtype)
+    b = rng.integers(-1, 2, size=ws[0]).astype(dtype)
+    return x, w, b
+
+
+def _run(fn, arrays, g_seed, dev=None):
+    """(out, grads by input) of ``fn`` on fresh params, a weighted-sum loss."""
+    ps = [ng.param(a) if dev is None else dev.param(a) for a in arrays]
+    with ng.grad_tape():
+        out = fn(*ps)
+        g = np.random.default_rng(g_seed).normal(size=out.shape).astype(arrays[0].dtype)
+        loss = (out * (ng.tensor(g) if dev is None else dev.tensor(g))).sum()
+    grads = ng.backward(loss)
+    host = (lambda a: a) if dev is None else dev.host
+    return out.numpy(), [np.asarray(host(grads[p.id])) for p in ps]
+
+
+def _unfused(conv_kw, pool_kw):
+    pool = dict(kernel_size=pool_kw["kernel_size"], stride=pool_kw.get("pool_stride"),
+                padding=pool_kw.get("pool_padding", 0),
+                dilation=pool_kw.get("pool_dilation", 1),
+                ceil_mode=pool_kw.get("ceil_mode", False))
+    return lambda x, w, b=None: _relu_max_pool2d(ng.conv2d(x, w, b, **conv_kw), **pool)
+
+
+def _bits(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("xs, ws, conv_kw, pool_kw", CASES)
+def test_fused_gives_the_three_ops_bits(xs, ws, conv_kw, pool_kw, dtype):
+    x, w, b = _data(xs, ws, dtype)
+    for arrays in ((x, w, b), (x, w)):
+        seen, unfused = KernelNames(), KernelNames()
+        with kernels.observe(seen):
+            out, grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), arrays, 1)
+        assert "relu_max_pool2d_nhwc" in seen.names and "max_pool2d_backward_nhwc" in seen.names
+        with kernels.observe(unfused):
+            want, want_grads = _run(_unfused(conv_kw, pool_kw), arrays, 1)
+        # both reorderings gone
+        assert unfused.names.count("expand_nd") - seen.names.count("expand_nd") == 2
+        _bits(out, want)
+        for got, exp in zip(grads, want_grads):
+            _bits(got, exp)
+
+
+@pytest.mark.parametrize("xs, ws, conv_kw, pool_kw", CASES[:4])
+def test_fused_matches_torchs_chain(xs, ws, conv_kw, pool_kw):
+    x, w, b = _data(xs, ws, np.float64, seed=2)
+    x.reshape(-1)[3] = 0.5                    # (torch propagates a nan's gradient elsewhere)
+    out, grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), (x, w, b), 3)
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    tconv = {k: v for k, v in conv_kw.items()}
+    want = F.max_pool2d(F.relu(F.conv2d(*ts, **tconv)), pool_kw["kernel_size"],
+                        pool_kw.get("pool_stride"), pool_kw.get("pool_padding", 0),
+                        pool_kw.get("pool_dilation", 1), pool_kw.get("ceil_mode", False))
+    g = np.random.default_rng(3).normal(size=tuple(want.shape))
+    (want * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(out, want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for got, t in zip(grads, ts):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_groups_and_the_direct_path_run_as_two_ops(monkeypatch):
+    x, w, b = _data((2, 4, 6, 6), (4, 2, 3, 3), np.float64)
+    seen = KernelNames()
+    with kernels.observe(seen):
+        out, grads = _run(lambda *p: fused(*p, padding=1, groups=2, kernel_size=2), (x, w, b), 4)
+    assert "relu_max_pool2d" in seen.names and "relu_max_pool2d_nhwc" not in seen.names
+    want, want_grads = _run(lambda *p: _relu_max_pool2d(ng.conv2d(*p, padding=1, groups=2), 2),
+                            (x, w, b), 4)
+    _bits(out, want)
+    monkeypatch.setattr(conv_ops, "DIRECT_MIN_OUTPUTS", 1)
+    x, w, b = _data((2, 1, 6, 6), (3, 1, 3, 3), np.float64)
+    seen = KernelNames()
+    with kernels.observe(seen):
+        fused(ng.tensor(x), ng.tensor(w), ng.tensor(b), padding=1, kernel_size=2)
+    assert "conv2d_direct" in seen.names and "relu_max_pool2d" in seen.names
+
+
+def test_bad_arguments_raise_before_any_kernel_runs():
+    x, w, b = _data((2, 2, 4, 4), (3, 2, 3, 3), np.float64)
+    p = ng.param(w)
+    before = p.numpy().copy()
+    for kw, what in ((dict(kernel_size=9), "max_pool2d: input (the convolution's output"),
+                     (dict(kernel_size=2, pool_padding=2), "padding (2, 2) must be at most half"),
+                     (dict(kernel_size=0), "kernel_size")):
+        seen = KernelNames()
+        with kernels.observe(seen), pytest.raises(ValueError, match=re.escape(what)):
+            with ng.grad_tape():
+                fused(ng.tensor(x), p, ng.tensor(b), padding=1, **kw)
+        assert seen.names == [] and np.array_equal(p.numpy(), before)
+    with pytest.raises(ValueError, match="conv2d: input .* has 2 channels"):
+        fused(ng.tensor(x), ng.tensor(w[:, :1]), kernel_size=2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nhwc_twins_give_the_serial_bits(dtype):
+    rng = np.random.default_rng(5)
+    for (n, h, w, c), window in (((5, 6, 6, 3), (2, 2, 2, 2, 0, 0, 1, 1)),
+                                 ((4, 5, 7, 2), (3, 3, 1, 2, 1, 1, 1, 1))):
+        x = rng.normal(size=(n, h, w, c)).astype(dtype)
+        x[0, 0, 0, 0] = np.nan
+        kh, kw, sh, sw, ph, pw, dh, dw = window
+        oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+        results = []
+        for suffix in ("", "_mt"):
+            out, idx = np.empty((n, c, oh, ow), dtype), np.empty((n, c, oh, ow), np.int64)
+            getattr(cpu, "relu_max_pool2d_nhwc" + suffix)(x, out, idx, *window)
+            g = rng.normal(size=out.shape).astype(dtype) if not results else results[0][2]
+            dest = np.full(x.shape, 0.5, dtype)
+            getattr(cpu, "max_pool2d_backward_nhwc" + suffix)(g, idx, dest, *window, 1.0)
+            results.append((out, idx, g, dest))
+            # the NCHW kernels on the transpose: the same picks and sums
+            want, widx = np.empty_like(out), np.empty_like(idx)
+            xt = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+            cpu.relu_max_pool2d(xt, want, widx, *window)
+            _bits(out, want)
+            _bits(idx, widx)
+            wdest = np.full(xt.shape, 0.5, dtype)
+            cpu.max_pool2d_backward(g, idx, wdest, *window, 1.0)
+            _bits(dest, np.ascontiguousarray(wdest.transpose(0, 2, 3, 1)))
+        for a, b in zip(*results):
+            _bits(a, b)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("im2col", lambda r: (r.normal(size=(5, 3, 4, 4)), np.empty((1, 5, 4, 4, 3, 3, 3)),
+                          1, 1, 1, 1, 1, 1)),
+    ("col2im", lambda r: (r.normal(size=(1, 5, 4, 4, 3, 3, 3)), r.normal(size=(5, 3, 4, 4)),
+                          1, 1, 1, 1, 1, 1, 1.0)),
+    ("relu_max_pool2d", lambda r: (r.normal(size=(5, 3, 6, 6)), np.empty((5, 3, 3, 3)),
+                                   np.empty((5, 3, 3, 3), np.int64), 2, 2, 2, 2, 0, 0, 1, 1)),
+    ("max_pool2d", lambda r: (r.normal(size=(5, 3, 6, 6)), np.empty((5, 3, 4, 4)),
+                              np.empty((5, 3, 4, 4), np.int64), 3, 3, 1, 1, 0, 0, 1, 1)),
+    ("max_pool2d_backward", lambda r: (r.normal(size=(5, 3, 4, 4)),
+                                       r.integers(0, 36, size=(5, 3, 4, 4)),
+                                       r.normal(size=(5, 3, 6, 6)), 3, 3, 1, 1, 0, 0, 1, 1, 1.0)),
+    ("expand_nd", lambda r: (r.normal(size=(5, 4, 3, 2)).transpose(0, 2, 1, 3),
+                             r.normal(size=(5, 3, 4, 2)), 0.5, 1.0)),
+    ("expand_nd", lambda r: (r.normal(size=(1, 7)), r.normal(size=(4000, 7)), 1.0, 0.0)),
+])
+def test_conv_and_pool_twins_give_the_serial_bits(name, args):
+    """Every image (plane, leading index) computed as the serial kernel does."""
+    results = []
+    for suffix in ("", "_mt"):
+        a = args(np.random.default_rng(6))
+        getattr(cpu, name + suffix)(*a)
+        results.append([v for v in a if isinstance(v, np.ndarray)])
+    for x, y in zip(*results):
+        _bits(x, y)
+
+
+def test_fused_on_cuda_gives_the_cpus_bits():
+    dev = cuda_dev()
+    conv_kw, pool_kw = dict(padding=1), dict(kernel_size=3, pool_stride=1)
+    x, w, b = _data((2, 2, 5, 5), (3, 2, 3, 3), np.float64)
+    seen = KernelNames()
+    with kernels.observe(seen):
+        out, grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), (x, w, b), 7, dev)
+    assert "relu_max_pool2d_nhwc" in seen.names
+    want, want_grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), (x, w, b), 7)
+    _bits(out, want)
+    for got, exp in zip(grads, want_grads):
+        np.testing.assert_allclose(got, exp, rtol=1e-12, atol=1e-14)   # (its GEMMs' order)
+
+
+def _cnn(nn, **kw):
+    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(4, 6, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(6, 3, **kw))
+
+
+def test_sequential_runs_conv_relu_pool_as_one_op_like_torch():
+    model = _cnn(ng.nn, dtype=np.float64, rng=np.random.default_rng(0))
+    tmodel = _cnn(torch.nn).double()
+    tmodel.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    x = np.random.default_rng(1).normal(size=(3, 2, 4, 4))
+    labels = np.array([0, 2, 1])
+    seen = KernelNames()
+    with kernels.observe(seen):
+        with ng.grad_tape():
+            loss = ng.cross_entropy(model(ng.tensor(x)), labels)
+        ng.backward(loss)
+    assert seen.names.count("relu_max_pool2d_nhwc") == 2 and "relu_max_pool2d" not in seen.names
+    assert seen.names.count("max_pool2d_backward_nhwc") == 2
+    tloss = F.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(labels))
+    tloss.backward()
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-12)
+    tparams = dict(tmodel.named_parameters())
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.grad, tparams[name].grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_a_compiled_cnn_with_the_fused_op_is_eagers_bits(tmp_path):
+    rng = np.random.default_rng(2)
+    batches = [(ng.tensor(rng.normal(size=(4, 2, 4, 4)).astype(np.float32)),
+                rng.integers(0, 3, size=4)) for _ in range(3)]
+
+    def make():
+        model = _cnn(ng.nn, dtype=np.float32, rng=np.random.default_rng(3))
+        opt = ng.optim.Adam(model.parameters(), lr=1e-2, accumulate_steps=2)
+        return model.parameters(), lambda x, y: ng.cross_entropy(model(x), y), opt
+    step = compiled_matches_eager(make, batches * 2, tmp_path)
+    assert step.stats[-1]["mode"] == "njit"
