@@ -5,7 +5,9 @@ The forward copies every input patch into a row of a pooled columns buffer
 (``im2col``, laid out (G, N, OH, OW, C/G, KH, KW): one row per output
 position and group), and one batched GEMM per call multiplies those rows
 with each group's transposed weight, into (G, N*OH*OW, C_out/G), which one
-strided copy reorders into NCHW. The backward reorders the output gradient
+strided copy reorders into NCHW (``nn.Sequential`` runs a ``Conv2d``,
+``ReLU``, ``MaxPool2d`` run as one op whose pool reads those rows as they
+are, ``ops/conv_pool.py``). The backward reorders the output gradient
 into that layout once, writes the weight gradient with one GEMM per group
 over the whole batch, straight into its destination (beta=1 adds into a
 param's accumulator), the bias gradient as column sums, and the input
@@ -263,7 +265,7 @@ def _columns_backward(ctx: _Backward, node: Node, gt: Any) -> None:
     starts with (cols, w3, geometry)."""
     x, weight = node.inputs[:2]
     cols, w3, geometry = node.saved[:3]
-    n, channels, groups, _, (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank = geometry
+    n, _, groups, _, (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank = geometry
     kern, dtype = x._kern, w3.dtype
     length = n * oh * ow
     cout_g, k_g = weight.shape[0] // groups, w3.shape[2]
