@@ -245,3 +245,16 @@ def test_a_compiled_cnn_with_the_fused_op_is_eagers_bits(tmp_path):
         return model.parameters(), lambda x, y: ng.cross_entropy(model(x), y), opt
     step = compiled_matches_eager(make, batches * 2, tmp_path)
     assert step.stats[-1]["mode"] == "njit"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_models_run_the_layers_as_written(dtype):
+    """The fused ops are outside the op table (not swapped for half-aware
+    ones): a half model's Conv2d, ReLU, MaxPool2d run one by one."""
+    model = _cnn(ng.nn, dtype=dtype, rng=np.random.default_rng(4))
+    x = ng.tensor(np.random.default_rng(5).normal(size=(3, 2, 4, 4)), dtype=dtype)
+    out = model(x)   # (the fused ops raised TypeError on half data)
+    h = x
+    for layer in model._modules.values():
+        h = layer(h)
+    assert out.dtype == h.dtype and out.numpy().tobytes() == h.numpy().tobytes()

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import ops
 from ..kernels import codes
 from ..ops._common import is_scalar
@@ -40,7 +42,8 @@ def _run_fused(modules: Sequence[Module], x: Any) -> Any:
     while i < n:
         module = modules[i]
         i += 1
-        if type(module) is Conv2d and i + 1 < n and _relu_pool(modules[i], modules[i + 1]):
+        if type(module) is Conv2d and i + 1 < n and _relu_pool(modules[i], modules[i + 1]) \
+                and not _half(x):
             pool = modules[i + 1]
             x = _conv2d_relu_max_pool2d(
                 x, module.weight, module.bias, module.stride, module.padding, module.dilation,
@@ -55,7 +58,7 @@ def _run_fused(modules: Sequence[Module], x: Any) -> Any:
                 x = ops.linear(x, module.weight, module.bias, *activation)
                 i += 1
                 continue
-        if i < n and _relu_pool(module, modules[i]):
+        if i < n and _relu_pool(module, modules[i]) and not _half(x):
             pool = modules[i]
             x = _relu_max_pool2d(x, pool.kernel_size, pool.stride, pool.padding,
                                  pool.dilation, pool.ceil_mode)
@@ -63,6 +66,14 @@ def _run_fused(modules: Sequence[Module], x: Any) -> Any:
             continue
         x = module(x)
     return x
+
+
+def _half(x: Any) -> bool:
+    """Whether ``x`` holds float16 or bfloat16 data, which the pools' fused
+    ops (outside the op table, so not swapped for half-aware ones) do not
+    take: those layers run as written, through the op table's ops."""
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and np.dtype(dtype).itemsize == 2 and np.dtype(dtype).kind in "fV"
 
 
 def _relu_pool(relu: Module, pool: Module) -> bool:
