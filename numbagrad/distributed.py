@@ -53,6 +53,7 @@ import pickle
 import signal
 import sys
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -142,12 +143,22 @@ def _install() -> None:
 
 
 def _abort_on_uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-    """``sys.excepthook`` of a job: print the exception, then abort every rank."""
+    """``sys.excepthook`` of a job: print the exception, then abort every rank.
+    With Python's own hook the traceback and the abort line go out in one
+    write: the default hook writes a traceback piece by piece, and two
+    ranks failing at once interleaved theirs mid-line in the launcher's
+    output."""
     try:
-        (_previous_excepthook or sys.__excepthook__)(kind, value, tb)
         world = MPI.COMM_WORLD
-        print(f"numbagrad.distributed: rank {world.Get_rank()} of {world.Get_size()} raised "
-              f"{kind.__name__}; aborting the job (MPI_Abort)", file=sys.stderr)
+        line = (f"numbagrad.distributed: rank {world.Get_rank()} of {world.Get_size()} raised "
+                f"{kind.__name__}; aborting the job (MPI_Abort)\n")
+        hook = _previous_excepthook or sys.__excepthook__
+        sys.stdout.flush()
+        if hook is sys.__excepthook__:
+            sys.stderr.write("".join(traceback.format_exception(kind, value, tb)) + line)
+        else:
+            hook(kind, value, tb)
+            sys.stderr.write(line)
         sys.stdout.flush()
         sys.stderr.flush()
         # MPI_Abort ends the launcher too, which drops output it has not yet

@@ -312,6 +312,48 @@ def test_the_configuration_check_passes_on_agreeing_ranks():
     assert opt.step(samples=3) is True and opt.allreduce_calls == 1
 
 
+def test_an_uncaught_exception_is_reported_in_one_write(monkeypatch):
+    """The job's excepthook writes the traceback and its abort line at once:
+    Python's own hook writes a traceback in pieces, and two ranks failing
+    together interleaved theirs mid-line in mpiexec's output."""
+    import numbagrad.distributed as dist
+
+    class World:
+        aborted = []
+
+        def Get_rank(self):
+            return 1
+
+        def Get_size(self):
+            return 2
+
+        def Abort(self, code):
+            self.aborted.append(code)
+
+    class Stream:
+        writes = []
+
+        def write(self, text):
+            self.writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(dist, "MPI", type("FakeMPI", (), {"COMM_WORLD": World()}))
+    monkeypatch.setattr(dist, "ABORT_DELAY", 0.0)
+    monkeypatch.setattr(dist, "_previous_excepthook", None)
+    monkeypatch.setattr(sys, "stderr", Stream())
+    try:
+        raise RuntimeError("rank 1 fails")
+    except RuntimeError as exc:
+        dist._abort_on_uncaught(RuntimeError, exc, exc.__traceback__)
+    (text,) = Stream.writes
+    assert text.startswith("Traceback (most recent call last):")
+    assert text.endswith("RuntimeError: rank 1 fails\nnumbagrad.distributed: rank 1 of 2 "
+                         "raised RuntimeError; aborting the job (MPI_Abort)\n")
+    assert World.aborted == [1]
+
+
 # ------------------------------------- a plain launch (no -m mpi4py) that raises
 RAISES = r'''
 import sys, time
