@@ -294,6 +294,37 @@ class KernelNames:
         pass
 
 
+def small_cnn(nn, channels: int = 1, **kw):
+    """A small CNN in ``nn`` (``ng.nn`` or ``torch.nn``; ``kw`` to the layers
+    with weights): Conv2d(channels, 4), ReLU, MaxPool2d(2), Conv2d(4, 6),
+    ReLU, MaxPool2d(2), Flatten, Linear(6, 3), for 4x4 images."""
+    return nn.Sequential(nn.Conv2d(channels, 4, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(4, 6, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(6, 3, **kw))
+
+
+def sequential_like_torch(layers, x, labels) -> list:
+    """``layers(nn, **kw)`` built in ng (float64) and in torch with the same
+    weights: one cross-entropy step on ``x``, ``labels`` gives the same loss
+    and parameter gradients (to rounding). Returns the kernels ng ran."""
+    import torch   # here, not at the top: most test files never need it
+    model = layers(ng.nn, dtype=np.float64, rng=np.random.default_rng(0))
+    tmodel = layers(torch.nn).double()
+    tmodel.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    seen = KernelNames()
+    with ng.kernels.observe(seen):
+        with ng.grad_tape():
+            loss = ng.cross_entropy(model(ng.tensor(x)), labels)
+        ng.backward(loss)   # (into the params' .grad)
+    tloss = torch.nn.functional.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(labels))
+    tloss.backward()
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-12)
+    tparams = dict(tmodel.named_parameters())
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.grad, tparams[name].grad.numpy(), rtol=1e-9, atol=1e-12)
+    return seen.names
+
+
 def cuda_launches(f, x) -> tuple[int, int]:
     """CUDA launches of ``out = f(x)`` recorded on a tape, and of its node's
     backward given a gradient of ones (the op alone, no seed)."""

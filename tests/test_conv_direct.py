@@ -9,7 +9,7 @@ import pytest
 
 import numbagrad as ng
 from conftest import (KernelNames, compiled_matches_eager, cuda_dev, cuda_launches, inputs,
-                      matches_torch)
+                      matches_torch, sequential_like_torch, small_cnn)
 from numbagrad import kernels
 from numbagrad.ops import conv as conv_ops
 from numbagrad.ops.pool import _relu_max_pool2d as relu_max_pool2d
@@ -225,37 +225,13 @@ def test_relu_max_pool2d_on_cuda():
     np.testing.assert_array_equal(dev.host(grads[p.id]), t.grad.numpy())
 
 
-def _cnn_layers(nn, **kw):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(4, 6, 3, padding=1, **kw), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(6, 3, **kw))
-
-
 def test_sequential_fuses_relu_and_pool_like_torch():
-    model = _cnn_layers(ng.nn, dtype=np.float64, rng=np.random.default_rng(0))
-    tmodel = _cnn_layers(torch.nn).double()
-    tmodel.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
     x = np.random.default_rng(1).normal(size=(3, 1, 4, 4))
-    labels = np.array([0, 2, 1])
-
-    losses = []
-
-    def step():
-        with ng.grad_tape():
-            losses.append(ng.cross_entropy(model(ng.tensor(x)), labels))
-        ng.backward(losses[-1])   # (into the params' .grad)
-    names = _kernel_names(step)
+    names = sequential_like_torch(small_cnn, x, np.array([0, 2, 1]))
     # the second convolution with its relu and pool as one op (tests/test_conv_pool.py)
     assert names.count("relu_max_pool2d") == names.count("relu_max_pool2d_nhwc") == 1
     assert "max_pool2d" not in names
     assert names.count("conv2d_direct") == 1 and names.count("im2col") == 1
-    loss = losses[0]
-    tloss = F.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(labels))
-    tloss.backward()
-    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-12)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(p.grad, dict(tmodel.named_parameters())[name].grad.numpy(),
-                                   rtol=1e-9, atol=1e-12)
 
 
 def test_sequential_keeps_return_indices_pools_unfused():
@@ -266,7 +242,7 @@ def test_sequential_keeps_return_indices_pools_unfused():
 
 def test_compiled_small_cnn_is_bit_identical_to_eager(tmp_path):
     def make():
-        model = _cnn_layers(ng.nn, dtype=np.float32, rng=np.random.default_rng(0))
+        model = small_cnn(ng.nn, dtype=np.float32, rng=np.random.default_rng(0))
         params = model.parameters()
 
         def loss_fn(x, labels):

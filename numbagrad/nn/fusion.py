@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from .. import ops
+from .. import _dtypes, ops
 from ..kernels import codes
 from ..ops._common import is_scalar
 from ..ops.conv_pool import _conv2d_relu_max_pool2d
@@ -73,7 +71,7 @@ def _half(x: Any) -> bool:
     ops (outside the op table, so not swapped for half-aware ones) do not
     take: those layers run as written, through the op table's ops."""
     dtype = getattr(x, "dtype", None)
-    return dtype is not None and np.dtype(dtype).itemsize == 2 and np.dtype(dtype).kind in "fV"
+    return dtype is not None and dtype in _dtypes.HALVES
 
 
 def _relu_pool(relu: Module, pool: Module) -> bool:

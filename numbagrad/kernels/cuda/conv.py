@@ -30,12 +30,13 @@ def _nchw(k, C, H, W):
 
 
 @cuda.jit(device=True)
-def _put(dest, n, c, h, w, acc, beta):
-    """dest[n, c, h, w] = acc + beta * dest[n, c, h, w]; beta == 0 never reads it."""
+def _put(dest, i, j, k, m, acc, beta):
+    """dest[i, j, k, m] = acc + beta * dest[i, j, k, m] (n, c, h, w in NCHW,
+    n, h, w, c in NHWC); beta == 0 never reads it."""
     if beta == 0.0:
-        dest[n, c, h, w] = acc
+        dest[i, j, k, m] = acc
     else:
-        dest[n, c, h, w] = acc + beta * dest[n, c, h, w]
+        dest[i, j, k, m] = acc + beta * dest[i, j, k, m]
 _I = int64
 _B = types.boolean
 
@@ -170,7 +171,7 @@ def _max_pool_backward_source(nhwc: bool):
                             if idx[n, c, t // sh, u // sw] == h * W + w:
                                 acc += g[n, c, t // sh, u // sw]
             if nhwc:
-                dest[n, h, w, c] = acc if beta == 0.0 else acc + beta * dest[n, h, w, c]
+                _put(dest, n, h, w, c, acc, beta)
             else:
                 _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
