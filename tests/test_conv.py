@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import numbagrad as ng
-from conftest import compiled_matches_eager, cuda_dev, cuda_launches, inputs, matches_torch
+from conftest import (KernelNames, compiled_matches_eager, cuda_dev, cuda_launches, inputs,
+                      matches_torch)
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -25,6 +26,10 @@ CONV2D = [
     ((2, 2, 5, 4), (3, 2, 3, 2), dict(padding="valid", stride=(1, 2))),
     ((4, 5, 6), (4, 2, 3, 3), dict(padding=1, groups=2)),                # unbatched
     ((3, 4, 4, 4), (4, 1, 3, 3), dict(groups=4, padding=1)),            # depthwise
+    # 8 channels a group and more: the input gradient's channels-last columns
+    ((2, 8, 5, 4), (3, 8, 3, 3), dict(padding=1)),
+    ((1, 16, 6, 5), (4, 8, 3, 2), dict(stride=(2, 1), padding=(1, 2), dilation=(2, 1),
+                                      groups=2)),
 ]
 CONV1D = [
     ((2, 3, 7), (4, 3, 3), {}),
@@ -72,7 +77,8 @@ def test_conv1d_matches_torch(xs, ws, kw, bias):
 # tiny shapes for the CUDA simulator
 DEVICE_CASES = [(ng.conv2d, F.conv2d, (2, 2, 3, 4), (4, 1, 2, 2),
                  dict(stride=(1, 2), padding=1, groups=2)),
-                (ng.conv1d, F.conv1d, (2, 2, 5), (2, 2, 2), dict(padding="same", dilation=2))]
+                (ng.conv1d, F.conv1d, (2, 2, 5), (2, 2, 2), dict(padding="same", dilation=2)),
+                (ng.conv2d, F.conv2d, (1, 8, 3, 3), (2, 8, 2, 2), dict(padding=1))]   # col2im_cl
 
 
 @pytest.mark.parametrize("case", range(len(DEVICE_CASES)))
@@ -90,6 +96,39 @@ def test_conv2d_gradcheck(dev):
     def loss():
         return (ng.conv2d(x, w, b, stride=2, padding=1, groups=2) * weights).sum()
     ng.gradcheck(loss, [x, w, b], directions=None if dev.name == "cpu" else 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_channels_last_columns_give_the_same_gradient_bits(dev, dtype, monkeypatch):
+    """The input gradient's GEMM gives each column entry the same bits in
+    either column order, and col2im_cl adds them as col2im does: the
+    gradients from 8 channels a group equal the (C, KH, KW) columns' bits."""
+    conv = ng.ops.conv
+    cases = [((2, 8, 4, 4), (3, 8, 3, 3), dict(padding=1)),
+             ((1, 16, 5, 4), (4, 8, 3, 2), dict(stride=2, padding=(2, 1), dilation=(1, 2),
+                                               groups=2))]
+    if dev.name == "cuda":
+        cases = [((1, 8, 3, 3), (2, 8, 2, 2), dict(padding=1))]
+    paths = ((conv.CL_MIN_CHANNELS, "col2im_cl"), (10 ** 9, "col2im"))
+    for xs, ws, kw in cases:
+        arrays = [a.astype(dtype) for a in inputs([xs, ws, (ws[0],)], seed=8)]
+        weights = None
+        grads = []
+        for least, col2im in paths:
+            monkeypatch.setattr(conv, "CL_MIN_CHANNELS", least)
+            ps = [dev.param(a) for a in arrays]
+            seen = KernelNames()
+            with ng.kernels.observe(seen):
+                with ng.grad_tape():
+                    out = ng.conv2d(*ps, **kw)
+                    if weights is None:
+                        weights = np.random.default_rng(9).normal(size=out.shape).astype(dtype)
+                    loss = (out * dev.tensor(weights)).sum()
+                got = ng.backward(loss)
+            assert [n.removesuffix("_mt") for n in seen.names].count(col2im) == 1
+            grads.append([np.asarray(dev.host(got[p.id])) for p in ps])
+        for a, b in zip(*grads):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 # ------------------------------------------------------------ bad input

@@ -137,13 +137,20 @@ def test_bad_arguments_raise_before_any_kernel_runs():
         fused(ng.tensor(x), ng.tensor(w[:, :1]), kernel_size=2)
 
 
+@pytest.mark.parametrize("beta", [0.0, 1.0])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_nhwc_twins_give_the_serial_bits(dtype):
+def test_nhwc_twins_give_the_serial_bits(dtype, beta):
+    """Both NHWC kernels (the 2x2 tiling windows' own path, and any other
+    window) give the NCHW kernels' picks and sums on the transpose, ties,
+    nans and -inf included, serial and threaded."""
     rng = np.random.default_rng(5)
     for (n, h, w, c), window in (((5, 6, 6, 3), (2, 2, 2, 2, 0, 0, 1, 1)),
+                                 ((3, 4, 8, 9), (2, 2, 2, 2, 0, 0, 1, 1)),
                                  ((4, 5, 7, 2), (3, 3, 1, 2, 1, 1, 1, 1))):
-        x = rng.normal(size=(n, h, w, c)).astype(dtype)
-        x[0, 0, 0, 0] = np.nan
+        x = rng.integers(-2, 3, size=(n, h, w, c)).astype(dtype)   # ties, relu's zeros
+        x[0, 0, 0, 0] = x[1, 1, 1, -1] = x[1, 0, 1, -1] = np.nan
+        x[2, 0, :2, 0] = x[2, 1, :2, 0] = -np.inf
+        x[2, 2:4, 2:4, 1] = np.inf
         kh, kw, sh, sw, ph, pw, dh, dw = window
         oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
         results = []
@@ -152,7 +159,7 @@ def test_nhwc_twins_give_the_serial_bits(dtype):
             getattr(cpu, "relu_max_pool2d_nhwc" + suffix)(x, out, idx, *window)
             g = rng.normal(size=out.shape).astype(dtype) if not results else results[0][2]
             dest = np.full(x.shape, 0.5, dtype)
-            getattr(cpu, "max_pool2d_backward_nhwc" + suffix)(g, idx, dest, *window, 1.0)
+            getattr(cpu, "max_pool2d_backward_nhwc" + suffix)(g, idx, dest, *window, beta)
             results.append((out, idx, g, dest))
             # the NCHW kernels on the transpose: the same picks and sums
             want, widx = np.empty_like(out), np.empty_like(idx)
@@ -161,10 +168,54 @@ def test_nhwc_twins_give_the_serial_bits(dtype):
             _bits(out, want)
             _bits(idx, widx)
             wdest = np.full(xt.shape, 0.5, dtype)
-            cpu.max_pool2d_backward(g, idx, wdest, *window, 1.0)
+            cpu.max_pool2d_backward(g, idx, wdest, *window, beta)
             _bits(dest, np.ascontiguousarray(wdest.transpose(0, 2, 3, 1)))
         for a, b in zip(*results):
             _bits(a, b)
+
+
+def _col2im_reference(cols, dest, sh, sw, ph, pw, dh, dw, beta, cl):
+    """col2im by its definition, in NumPy: each element's column entries
+    added in float64 in increasing kernel offset (i, j), then beta * dest."""
+    if cl:   # (G, N, OH, OW, KH, KW, C/G) -> (G, N, OH, OW, C/G, KH, KW)
+        cols = cols.transpose(0, 1, 2, 3, 6, 4, 5)
+    groups, n, oh, ow, cg, kh, kw = cols.shape
+    _, c, h, w = dest.shape
+    acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
+            columns = slice(j * dw, j * dw + (ow - 1) * sw + 1, sw)
+            for g in range(groups):
+                acc[:, g * cg:(g + 1) * cg, rows, columns] += \
+                    cols[g, :, :, :, :, i, j].transpose(0, 3, 1, 2)
+    acc = acc[:, :, ph:ph + h, pw:pw + w]
+    return (acc if beta == 0 else acc + beta * dest).astype(dest.dtype)
+
+
+@pytest.mark.parametrize("cl", [False, True], ids=["col2im", "col2im_cl"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_col2im_adds_in_kernel_offset_order(cl, dtype):
+    """Values of wide-ranging magnitudes, so that the order of the adds
+    shows in float64: both layouts, serial and threaded, strides, dilation,
+    padding and groups, both betas."""
+    rng = np.random.default_rng(11)
+    for (n, c, h, w), (kh, kw), (sh, sw, ph, pw, dh, dw), groups in (
+            ((3, 16, 4, 4), (3, 3), (1, 1, 1, 1, 1, 1), 1),
+            ((2, 6, 7, 6), (3, 2), (2, 1, 2, 1, 1, 2), 2)):
+        oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        tail = (kh, kw, c // groups) if cl else (c // groups, kh, kw)
+        cols = (rng.normal(size=(groups, n, oh, ow) + tail)
+                * 10.0 ** rng.integers(-8, 9, size=(groups, n, oh, ow) + tail)).astype(dtype)
+        for beta in (0.0, 0.5):
+            start = rng.normal(size=(n, c, h, w)).astype(dtype)
+            want = _col2im_reference(cols, start, sh, sw, ph, pw, dh, dw, beta, cl)
+            for suffix in ("", "_mt"):
+                dest = start.copy()
+                getattr(cpu, ("col2im_cl" if cl else "col2im") + suffix)(
+                    cols, dest, sh, sw, ph, pw, dh, dw, beta)
+                _bits(dest, want)
 
 
 @pytest.mark.parametrize("name, args", [
@@ -172,6 +223,8 @@ def test_nhwc_twins_give_the_serial_bits(dtype):
                           1, 1, 1, 1, 1, 1)),
     ("col2im", lambda r: (r.normal(size=(1, 5, 4, 4, 3, 3, 3)), r.normal(size=(5, 3, 4, 4)),
                           1, 1, 1, 1, 1, 1, 1.0)),
+    ("col2im_cl", lambda r: (r.normal(size=(2, 5, 3, 4, 2, 3, 4)), r.normal(size=(5, 8, 5, 4)),
+                             2, 1, 1, 1, 1, 1, 0.5)),
     ("relu_max_pool2d", lambda r: (r.normal(size=(5, 3, 6, 6)), np.empty((5, 3, 3, 3)),
                                    np.empty((5, 3, 3, 3), np.int64), 2, 2, 2, 2, 0, 0, 1, 1)),
     ("max_pool2d", lambda r: (r.normal(size=(5, 3, 6, 6)), np.empty((5, 3, 4, 4)),

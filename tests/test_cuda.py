@@ -280,9 +280,9 @@ def test_kernels_compile_to_ptx_for_hopper_and_ampere():
                 # the N-d and issue-17 families
                 "binary_nd6", "unary_nd6", "softmax3", "cross_entropy3", "concat", "extrema",
                 "logsumexp", "variance", "cumsum", "loss_terms", "nll", "clamp", "dropout",
-                "dropout_backward", "embedding_backward", "im2col", "col2im", "max_pool2d",
-                "max_pool2d_backward", "relu_max_pool2d_nhwc", "max_pool2d_backward_nhwc",
-                "avg_pool2d", "avg_pool2d_backward",
+                "dropout_backward", "embedding_backward", "im2col", "col2im", "col2im_cl",
+                "max_pool2d", "max_pool2d_backward", "relu_max_pool2d_nhwc",
+                "max_pool2d_backward_nhwc", "avg_pool2d", "avg_pool2d_backward",
                 "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "group_norm",
                 "group_norm_backward", "batch_norm", "batch_norm_backward", "attention",
                 "attention_backward"}

@@ -156,6 +156,28 @@ def test_full_sums_follow_the_fixed_span_order(dt):
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+def test_column_sums_add_row_after_row_in_the_dtype(dt):
+    """A bias gradient (column sums) adds each row's scaled values into the
+    running sums in the tensor's dtype, row after row, both twins: a NumPy
+    loop of the same operations gives the same bits (wide-ranging values,
+    so another order or width would show)."""
+    rng = np.random.default_rng(12)
+    for rows, cols in ((4099, 16), (7, 33), (1, 5)):
+        x = (rng.normal(size=(rows, cols)) * 10.0 ** rng.integers(-6, 7, size=(rows, cols))
+             ).astype(dt)
+        for scale, beta in ((1.0, 0.0), (0.25, 0.5)):
+            start = rng.normal(size=(1, cols)).astype(dt)
+            s, b = dt(scale), dt(beta)
+            want = s * x[0] if beta == 0 else b * start[0] + s * x[0]
+            for r in range(1, rows):
+                want = want + s * x[r]
+            for name in ("sum_to", "sum_to_mt"):
+                out = start.copy()
+                getattr(cpu, name)(x, out, scale, beta)
+                assert out.dtype == dt and np.array_equal(out[0], want), name
+
+
+@pytest.mark.parametrize("dt", DTYPES)
 def test_loss_twins_give_the_serial_bits(dt):
     rng = np.random.default_rng(3)
     for shape in SHAPES:

@@ -23,8 +23,8 @@ from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from ._common import ones, reshaped, result
-from .conv import (_columns_backward, _columns_product, _conv_forward, _conv_setup,
-                   _is_direct)
+from .conv import (GATHER_COST, _columns_backward, _columns_product, _conv_forward,
+                   _conv_setup, _is_direct)
 from .pool import _pool_geometry, _relu_max_pool2d
 
 
@@ -52,7 +52,7 @@ def _conv2d_relu_max_pool2d(x: Any, weight: Any, bias: Any = None, stride: Any =
     idx = buffers.take(kern, (n, cout, qh, qw), np.int64)   # (ng.compile: a temp)
     window = (kh, kw, sh, sw, ph, pw, dh, dw)
     # (the elements the call touches: the rows read, out and idx written)
-    kernels.call(kern, "relu_max_pool2d_nhwc", prod.size + 2 * out.size,
+    kernels.call(kern, "relu_max_pool2d_nhwc", GATHER_COST * (prod.size + 2 * out.size),
                  reshaped(prod, (n, oh, ow, cout)), reshaped(out, idx.shape), idx, *window)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return result(out, kern, inputs, _conv2d_relu_max_pool2d_backward,
@@ -67,6 +67,6 @@ def _conv2d_relu_max_pool2d_backward(ctx: _Backward, node: Node, gout: Any) -> N
     cout = w3.shape[1]
     g = ones(kern, idx.shape, dtype) if gout is None else gout
     gt = buffers.take(kern, (1, n * oh * ow, cout), dtype)   # the GEMM's layout
-    kernels.call(kern, "max_pool2d_backward_nhwc", gt.size + 2 * idx.size,
+    kernels.call(kern, "max_pool2d_backward_nhwc", GATHER_COST * (gt.size + 2 * idx.size),
                  reshaped(g, idx.shape), idx, reshaped(gt, (n, oh, ow, cout)), *window, 0.0)
     _columns_backward(ctx, node, gt)

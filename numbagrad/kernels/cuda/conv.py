@@ -7,7 +7,7 @@ from __future__ import annotations
 
 # the kernels this module registers
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
-           "avg_pool2d_backward", "col2im", "conv2d_direct", "conv2d_direct_input",
+           "avg_pool2d_backward", "col2im", "col2im_cl", "conv2d_direct", "conv2d_direct_input",
            "conv2d_direct_weight", "im2col", "max_pool2d", "max_pool2d_backward",
            "max_pool2d_backward_nhwc", "max_unpool2d", "max_unpool2d_backward",
            "relu_max_pool2d", "relu_max_pool2d_nhwc"]
@@ -76,10 +76,14 @@ def _im2col_source(config: Config, dtype):
     return im2col_kernel
 
 
-@kernel("col2im", lambda dt: (_a(dt, 7), _a(dt, 4), _I, _I, _I, _I, _I, _I, dt))
-def _col2im_source(config: Config, dtype):
+def _col2im_kernel_source(cl: bool):
+    """The col2im kernel; with ``cl``, col2im_cl's (cols (G, N, OH, OW, KH, KW,
+    C/G)): each element gathers its entries in the CPU's order."""
     def col2im_kernel(cols, dest, sh, sw, ph, pw, dh, dw, beta):
-        G, N, OH, OW, CG, KH, KW = cols.shape
+        if cl:
+            G, N, OH, OW, KH, KW, CG = cols.shape
+        else:
+            G, N, OH, OW, CG, KH, KW = cols.shape
         C, H, W = dest.shape[1], dest.shape[2], dest.shape[3]
         k = cuda.grid(1)
         while k < dest.size:
@@ -92,11 +96,27 @@ def _col2im_source(config: Config, dtype):
                     for j in range(KW):
                         u = w + pw - j * dw
                         if u >= 0 and u % sw == 0 and u // sw < OW:
-                            acc += cols[g, n, t // sh, u // sw, cg, i, j]
+                            if cl:
+                                acc += cols[g, n, t // sh, u // sw, i, j, cg]
+                            else:
+                                acc += cols[g, n, t // sh, u // sw, cg, i, j]
             _put(dest, n, c, h, w, acc, beta)
             k += cuda.gridsize(1)
 
     return col2im_kernel
+
+
+_COL2IM_SIGNATURE = lambda dt: (_a(dt, 7), _a(dt, 4), _I, _I, _I, _I, _I, _I, dt)  # noqa: E731
+
+
+@kernel("col2im", _COL2IM_SIGNATURE)
+def _col2im_source(config: Config, dtype):
+    return _col2im_kernel_source(False)
+
+
+@kernel("col2im_cl", _COL2IM_SIGNATURE)
+def _col2im_cl_source(config: Config, dtype):
+    return _col2im_kernel_source(True)
 
 
 def _max_pool_source(relu: bool, nhwc: bool = False):
@@ -446,6 +466,12 @@ def im2col(x, cols, sh, sw, ph, pw, dh, dw) -> None:
 def col2im(cols, dest, sh, sw, ph, pw, dh, dw, beta) -> None:
     """See ``kernels.cpu.col2im``."""
     _run("col2im", dest.size, dest, cols, dest, int(sh), int(sw), int(ph), int(pw), int(dh),
+         int(dw), dest.dtype.type(beta))
+
+
+def col2im_cl(cols, dest, sh, sw, ph, pw, dh, dw, beta) -> None:
+    """See ``kernels.cpu.col2im_cl``."""
+    _run("col2im_cl", dest.size, dest, cols, dest, int(sh), int(sw), int(ph), int(pw), int(dh),
          int(dw), dest.dtype.type(beta))
 
 
