@@ -106,18 +106,15 @@ def _im2col_images(x, cols, sh, sw, ph, pw, dh, dw, n0, n1):
 
 
 @njit(error_model="numpy", inline="always")
-def _store(acc, dest, b, lo=0, hi=-1):
+def _store(acc, dest, b):
     """dest = acc + b * dest (b == 0: dest is never read), acc the float64
-    sums of dest's elements in C order; only flat elements lo to hi
-    (exclusive; hi < 0: to the end)."""
+    sums of dest's elements in C order."""
     flat = dest.reshape(dest.size)
-    if hi < 0:
-        hi = flat.size
     if b == 0:
-        for e in range(lo, hi):
+        for e in range(flat.size):
             flat[uint64(e)] = acc[uint64(e)]
     else:
-        for e in range(lo, hi):
+        for e in range(flat.size):
             flat[uint64(e)] = acc[uint64(e)] + b * flat[uint64(e)]
 
 
