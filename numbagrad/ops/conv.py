@@ -307,7 +307,7 @@ def _columns_backward(ctx: _Backward, node: Node, gt: Any) -> None:
                      _as4d(dest, x.shape, is_batched, rank), sh, sw, ph, pw, dh, dw, beta)
 
 
-# The input gradient's columns are channels last, (N, OH, OW, KH, KW, C_in/G)
+# The input gradient's columns are channels last, (G, N, OH, OW, KH, KW, C/G)
 # (``col2im_cl``), from this many channels a group: each column entry's
 # channels are then one contiguous run to add (1.4-5.7x faster than
 # ``col2im`` here, from 3x3 columns of 8 channels on 8x8 images to 16 on
