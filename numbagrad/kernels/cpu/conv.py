@@ -172,13 +172,7 @@ def _col2im_images(cols, dest, sh, sw, ph, pw, dh, dw, beta, n0, n1):
                         acc[a] += cf[uint64(o)]
                         a += uint64(HW)
                         o += T
-        base = n * C * HW
-        if b == 0:
-            for e in range(C * HW):
-                df[uint64(base + e)] = acc[uint64(e)]
-        else:
-            for e in range(C * HW):
-                df[uint64(base + e)] = acc[uint64(e)] + b * df[uint64(base + e)]
+        _store(acc, df[n * C * HW:(n + 1) * C * HW], b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -243,11 +237,26 @@ def _col2im_cl_images(cols, dest, sh, sw, ph, pw, dh, dw, beta, n0, n1):
 
 
 @njit(error_model="numpy", inline="always")
+def _takes(v, best):
+    """Whether window element v takes over from ``best``: larger, or a nan.
+    Without a branch, so that the loops over pairs and channels vectorise."""
+    return (v > best) | (v != v)
+
+
+@njit(error_model="numpy", inline="always")
 def _pick(v, k, best, at):
     """(best, at) after window element v at k: a larger v or a nan takes over."""
-    if v > best or v != v:
+    if _takes(v, best):
         return v, k
     return best, at
+
+
+@njit(error_model="numpy", inline="always")
+def _tiles_2x2(kh, kw, sh, sw, ph, pw, dh, dw, H, W, OH, OW):
+    """Whether the windows are 2x2 of stride 2 tiling the H x W planes
+    (MaxPool2d(2) on even sizes): the pools' vectorised paths."""
+    return kh == 2 and kw == 2 and sh == 2 and sw == 2 and dh == 1 and dw == 1 and ph == 0 \
+        and pw == 0 and H == 2 * OH and W == 2 * OW
 
 
 POOL_PAIRS = 2048   # _max_pool_2x2's pairs per pass: its scratch stays in the L1 cache
@@ -271,7 +280,7 @@ def _max_pool_2x2(xf, of, jf, OH, OW, W, relu, lo, hi):
         x0 = p0 * HW
         for t in range((p1 - p0) * HW // 2):
             a, b = xf[uint64(x0 + 2 * t)], xf[uint64(x0 + 2 * t + 1)]
-            take = (b > a) | (b != b)
+            take = _takes(b, a)
             pm[uint64(t)] = b if take else a
             pk[uint64(t)] = 1 if take else 0
         for r in range((p1 - p0) * OH):    # output row: x's rows 2r and 2r + 1 of the pass
@@ -279,7 +288,7 @@ def _max_pool_2x2(xf, of, jf, OH, OW, W, relu, lo, hi):
             top = (r % OH) * 2 * W         # its top row in its plane
             for ow in range(OW):
                 a, b = pm[s + uint64(ow)], pm[s + uint64(OW + ow)]
-                take = (b > a) | (b != b)
+                take = _takes(b, a)
                 best = b if take else a
                 at = top + 2 * ow + (W + pk[s + uint64(OW + ow)] if take else pk[s + uint64(ow)])
                 if relu:
@@ -316,8 +325,7 @@ def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, relu, lo, hi):
     P, HW, T = OH * OW, H * W, kh * kw
     neg = xf.dtype.type(-np.inf)
     zero = xf.dtype.type(0)
-    if kh == 2 and kw == 2 and sh == 2 and sw == 2 and dh == 1 and dw == 1 and ph == 0 \
-            and pw == 0 and H == 2 * OH and W == 2 * OW:
+    if _tiles_2x2(kh, kw, sh, sw, ph, pw, dh, dw, H, W, OH, OW):
         _max_pool_2x2(xf, of, jf, OH, OW, W, relu, lo, hi)
         return
     if kh == 2 and kw == 2 and ph == 0 and pw == 0 and (OH - 1) * sh + dh < H \
@@ -442,8 +450,7 @@ def _max_pool_backward(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, lo, hi, nhwc)
         first = (p - p % C) * HW + p % C if nhwc else p * HW
         if not overlap:                # each element in one window at most: in place
             for j in range(HW):
-                e = uint64(first + j * step)
-                df[e] = 0.0 if b == 0 else 0.0 + b * df[e]
+                _clear_at(df, uint64(first + j * step), b)
         for q in range(P):
             o = uint64(p * P + q)
             j = jf[o]
@@ -452,8 +459,7 @@ def _max_pool_backward(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, lo, hi, nhwc)
             if overlap:
                 acc[uint64((p - lo) * HW + j)] += gf[o]
             else:
-                e = uint64(first + j * step)
-                df[e] = (0.0 + gf[o]) + df[e]
+                _add_at(df, uint64(first + j * step), gf[o])
         if overlap:
             for j in range(HW):
                 e = uint64(first + j * step)
@@ -489,8 +495,7 @@ def relu_max_pool2d_nhwc_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
 def _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, n0, n1):
     N, H, W, C = x.shape
     OH, OW = out.shape[2], out.shape[3]
-    if kh == 2 and kw == 2 and sh == 2 and sw == 2 and dh == 1 and dw == 1 and ph == 0 \
-            and pw == 0 and H == 2 * OH and W == 2 * OW:
+    if _tiles_2x2(kh, kw, sh, sw, ph, pw, dh, dw, H, W, OH, OW):
         _pool_nhwc_2x2(x, out, idx, n0, n1)
         return
     P, T = OH * OW, kh * kw
@@ -544,11 +549,11 @@ def _pool_nhwc_2x2(x, out, idx, n0, n1):
                 for c in range(C):
                     u = uint64(c)
                     a, b, e, d = xf[ba + u], xf[bb + u], xf[bc + u], xf[bd + u]
-                    t1 = (b > a) | (b != b)
+                    t1 = _takes(b, a)
                     m1, k1 = (b, k0 + 1) if t1 else (a, k0)
-                    t2 = (d > e) | (d != d)
+                    t2 = _takes(d, e)
                     m2, k2 = (d, k0 + W + 1) if t2 else (e, k0 + W)
-                    t = (m2 > m1) | (m2 != m2)
+                    t = _takes(m2, m1)
                     best, at = (m2, k2) if t else (m1, k1)
                     cut = best <= zero            # relu (a nan stays)
                     bv[s + u] = zero if cut else best
@@ -566,7 +571,7 @@ def _pick_channels(xf, base, k, best, at):
     for c in range(best.size):
         v = xf[base + uint64(c)]
         b = best[c]
-        take = (v > b) | (v != v)
+        take = _takes(v, b)
         best[c] = v if take else b
         at[c] = k if take else at[c]
 
@@ -597,6 +602,19 @@ def max_pool2d_backward_nhwc_mt(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, be
 
 
 @njit(error_model="numpy", inline="always")
+def _clear_at(df, e, b):
+    """The in-place gradient's start at element e: 0, or 0.0 + b * df[e]
+    (the float64 arithmetic of the scratch sums; b == 0 never reads df)."""
+    df[e] = 0.0 if b == 0 else 0.0 + b * df[e]
+
+
+@njit(error_model="numpy", inline="always")
+def _add_at(df, e, g):
+    """A window's gradient g added at its max, element e, in float64."""
+    df[e] = (0.0 + g) + df[e]
+
+
+@njit(error_model="numpy", inline="always")
 def _overlap(kh, kw, sh, sw, dh, dw):
     """Whether an element can sit in two windows."""
     return (kh - 1) * dh >= sh or (kw - 1) * dw >= sw
@@ -616,19 +634,14 @@ def _pool_backward_nhwc_images(g, idx, dest, beta, n0, n1):
     gf, jf, df = g.reshape(g.size), idx.reshape(idx.size), dest.reshape(dest.size)
     for n in range(n0, n1):
         base = n * HWC
-        if b == 0:
-            for e in range(base, base + HWC):
-                df[uint64(e)] = 0.0
-        else:
-            for e in range(base, base + HWC):
-                df[uint64(e)] = 0.0 + b * df[uint64(e)]
+        for e in range(base, base + HWC):
+            _clear_at(df, uint64(e), b)
         for c in range(C):
             o = uint64((n * C + c) * P)
             for q in range(P):
                 j = jf[o]
                 if j >= 0:
-                    e = uint64(base + j * C + c)
-                    df[e] = (0.0 + gf[o]) + df[e]
+                    _add_at(df, uint64(base + j * C + c), gf[o])
                 o += uint64(1)
 
 

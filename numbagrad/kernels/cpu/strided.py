@@ -56,10 +56,10 @@ def expand_nd_mt(x, out, alpha, beta):
     a, b = _cast_like(out, alpha), _cast_like(out, beta)
     if out.size == 0:
         return
-    xb = np.broadcast_to(x, out.shape)
     if out.ndim == 1:
         expand_nd(x, out, alpha, beta)
         return
+    xb = np.broadcast_to(x, out.shape)
     if out.ndim == 2:
         rows = out.shape[0]
         step = max(1, SPAN // max(out.shape[1], 1))
