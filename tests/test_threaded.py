@@ -368,7 +368,7 @@ def test_compiled_step_with_threaded_kernels_is_bit_identical(monkeypatch, tmp_p
         assert np.array_equal(a.numpy(), b.numpy())
 
 
-@pytest.mark.parametrize("serial_faster", [True, False, "bursts"])
+@pytest.mark.parametrize("serial_faster", [True, False, "bursts", "moment"])
 def test_a_compiled_step_keeps_the_twins_it_measured_faster(monkeypatch, tmp_path,
                                                             serial_faster):
     """After its warm-up a compiled step with threaded kernels times blocks of
@@ -376,7 +376,9 @@ def test_a_compiled_step_keeps_the_twins_it_measured_faster(monkeypatch, tmp_pat
     keeps the faster, says which in ``stats``, and stays eager's bits.
     "bursts": threaded calls take 0.5 ms when quiet but most land in a burst
     (1.2 ms), serial ones 0.8 ms: the serial median wins, its best does not,
-    so the threads stay."""
+    so the threads stay. "moment": the threads are slower for the first 100
+    calls only; the serial twins first kept are measured again after the
+    check at call 128, and the threads come back."""
     from numbagrad.compile import compile as ng_compile
     from numbagrad.compile import runners
 
@@ -397,6 +399,7 @@ def test_a_compiled_step_keeps_the_twins_it_measured_faster(monkeypatch, tmp_pat
     y = ng.tensor(rnorm(rng, (8, 5), np.float32))
     now = [0.0]
     modes = []
+    kept = []          # stats' "threads" after each call
 
     def clock():       # a call's time: 1 ms threaded, 2 ms serial (or the other way)
         flag = step._last.threads[0]
@@ -404,12 +407,16 @@ def test_a_compiled_step_keeps_the_twins_it_measured_faster(monkeypatch, tmp_pat
         if serial_faster == "bursts":
             quiet = sum(m == 1 for m in modes) % 8 == 0
             now[0] += 0.4e-3 if flag == 0 else (0.25e-3 if quiet else 0.6e-3)
+        elif serial_faster == "moment":
+            now[0] += 1e-3 if flag == 0 else (1.5e-3 if len(kept) < 100 else 0.5e-3)
         else:
             now[0] += 0.5e-3 * (1 + (flag == serial_faster))
         return now[0]
     monkeypatch.setattr(runners, "_clock", clock)
     choice = runners._ThreadChoice
     calls = choice.WARMUP + 2 * choice.BLOCK * choice.ROUNDS + 8
+    if serial_faster == "moment":
+        calls = 128 + choice.REWARMUP + 2 * choice.BLOCK * choice.ROUNDS + 8
     running = _threads.governor is not None
     _threads.stop_governor()             # the governor's switch stays on
     try:
@@ -421,10 +428,13 @@ def test_a_compiled_step_keeps_the_twins_it_measured_faster(monkeypatch, tmp_pat
             la.backward()
             oa.step()
             assert step(x, y).numpy().tobytes() == la.numpy().tobytes(), i
+            kept.append(step.stats[-1]["threads"])
     finally:
         if running:
             _threads.start_governor()
     serial = serial_faster is True
+    if serial_faster == "moment":   # serial kept until the check at call 128, then measured
+        assert kept[100:126] == ["serial"] * 26 and "measuring" in kept[127:]
     assert step.stats[-1]["threads"] == ("serial" if serial else "threaded")
     assert step._last.threads[0] == (0 if serial else 1)
     assert {0, 1} <= set(modes) and not isinstance(step._last.run, choice)

@@ -236,6 +236,8 @@ class CompiledStep:
                     f"values or on state outside the arguments is not captured. Make the "
                     f"choice an argument (each value is its own signature) or run this step "
                     f"eagerly.")
+            if isinstance(check, _NjitEntry):
+                check.remeasure()
             self._step_optimizer()
             return result
         stat: dict[str, Any] = {"signature": _describe_args(args), "record_s": t1 - t0,

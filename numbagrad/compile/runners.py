@@ -105,15 +105,23 @@ class _NjitEntry(_Entry):
         self.meta = np.array(gen.meta, np.int64)
         self.fmeta = np.array(gen.fmeta, np.float64)
         self.keep = gen.keep
-        self.run = self._runner(gen, args)
+        self.run = self.plain = self._runner(gen, args)
         # the step's own threads switch (codegen.threads_on), set by measuring
         self.threads = gen.step_threads
         self.stat: dict[str, Any] = {}
-        if ("own threads",) in gen.views:
-            self.stat["threads"] = "measuring"
-            self.run = _ThreadChoice(self, self.run)
+        self.measures = ("own threads",) in gen.views
+        self.remeasure(_ThreadChoice.WARMUP)
         # the recording's own arrays are not needed any more (the arena replaces them)
         prog.originals, prog.temps, prog.inputs = [], [], {}
+
+    def remeasure(self, warmup: int | None = None) -> None:
+        """Measure again whether the step's threaded twins pay (``_ThreadChoice``),
+        unless it has none or is measuring now; after ``warmup`` calls
+        (``_ThreadChoice.REWARMUP`` by default)."""
+        if self.measures and not isinstance(self.run, _ThreadChoice):
+            self.stat["threads"] = "measuring"
+            self.run = _ThreadChoice(self, self.plain,
+                                     _ThreadChoice.REWARMUP if warmup is None else warmup)
 
     def _runner(self, gen: _Codegen, args: tuple) -> Callable:
         prog = self.prog
@@ -238,20 +246,27 @@ class _ThreadChoice:
     8x8 images took 1.10 ms threaded and 0.80 ms serial on two cores of an
     AMD EPYC, while the GPT step took 44 ms threaded and 63 ms serial). A
     step slower than ``MAX_S``, or one run while the thread governor has
-    threads off, keeps its threads without measuring."""
+    threads off, keeps its threads without measuring.
 
-    WARMUP, BLOCK, ROUNDS, MARGIN, MAX_S = 16, 4, 6, 0.9, 0.05
+    A choice is measured again after each check of the recording (the
+    entry's calls 2^k, ``ng.compile(verify=True)``), ``REWARMUP`` calls in:
+    one measurement of ~50 calls is a moment, and a choice taken while
+    another process kept the other core busy would otherwise last to the
+    end. Each measurement runs ~24 calls in the slower twins, and the
+    checks double their spacing."""
 
-    def __init__(self, entry: _NjitEntry, run: Callable) -> None:
-        self.entry, self.plain = entry, run
+    WARMUP, REWARMUP, BLOCK, ROUNDS, MARGIN, MAX_S = 16, 4, 4, 6, 0.9, 0.05
+
+    def __init__(self, entry: _NjitEntry, run: Callable, warmup: int) -> None:
+        self.entry, self.plain, self.warmup = entry, run, warmup
         self.calls = 0
         self.times: dict[int, list[float]] = {0: [], 1: []}
 
     def __call__(self, args: tuple) -> Any:
         self.calls += 1
-        if self.calls <= self.WARMUP:
+        if self.calls <= self.warmup:
             return self.plain(args)
-        mode = 1 - (self.calls - self.WARMUP - 1) // self.BLOCK % 2
+        mode = 1 - (self.calls - self.warmup - 1) // self.BLOCK % 2
         self.entry.threads[0] = mode
         start = _clock()
         out = self.plain(args)
