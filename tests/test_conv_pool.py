@@ -80,8 +80,9 @@ def test_fused_gives_the_three_ops_bits(xs, ws, conv_kw, pool_kw, dtype):
         assert "relu_max_pool2d_nhwc" in seen.names and "max_pool2d_backward_nhwc" in seen.names
         with kernels.observe(unfused):
             want, want_grads = _run(_unfused(conv_kw, pool_kw), arrays, 1)
-        # both reorderings gone
-        assert unfused.names.count("expand_nd") - seen.names.count("expand_nd") == 2
+        # both reorderings gone, and the bias's fill (the pool adds it)
+        assert unfused.names.count("expand_nd") - seen.names.count("expand_nd") == \
+            len(arrays)   # (x, w, b): 3, (x, w): 2
         _bits(out, want)
         for got, exp in zip(grads, want_grads):
             _bits(got, exp)
@@ -141,8 +142,9 @@ def test_bad_arguments_raise_before_any_kernel_runs():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_nhwc_twins_give_the_serial_bits(dtype, beta):
     """Both NHWC kernels (the 2x2 tiling windows' own path, and any other
-    window) give the NCHW kernels' picks and sums on the transpose, ties,
-    nans and -inf included, serial and threaded."""
+    window) give the NCHW kernels' picks and sums on the transpose (of x plus
+    the bias, rounded to the dtype, when the pool adds one), ties, nans and
+    -inf included, serial and threaded."""
     rng = np.random.default_rng(5)
     for (n, h, w, c), window in (((5, 6, 6, 3), (2, 2, 2, 2, 0, 0, 1, 1)),
                                  ((3, 4, 8, 9), (2, 2, 2, 2, 0, 0, 1, 1)),
@@ -153,25 +155,36 @@ def test_nhwc_twins_give_the_serial_bits(dtype, beta):
         x[2, 2:4, 2:4, 1] = np.inf
         kh, kw, sh, sw, ph, pw, dh, dw = window
         oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-        results = []
-        for suffix in ("", "_mt"):
-            out, idx = np.empty((n, c, oh, ow), dtype), np.empty((n, c, oh, ow), np.int64)
-            getattr(cpu, "relu_max_pool2d_nhwc" + suffix)(x, out, idx, *window)
-            g = rng.normal(size=out.shape).astype(dtype) if not results else results[0][2]
-            dest = np.full(x.shape, 0.5, dtype)
-            getattr(cpu, "max_pool2d_backward_nhwc" + suffix)(g, idx, dest, *window, beta)
-            results.append((out, idx, g, dest))
-            # the NCHW kernels on the transpose: the same picks and sums
-            want, widx = np.empty_like(out), np.empty_like(idx)
-            xt = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
-            cpu.relu_max_pool2d(xt, want, widx, *window)
-            _bits(out, want)
-            _bits(idx, widx)
-            wdest = np.full(xt.shape, 0.5, dtype)
-            cpu.max_pool2d_backward(g, idx, wdest, *window, beta)
-            _bits(dest, np.ascontiguousarray(wdest.transpose(0, 2, 3, 1)))
-        for a, b in zip(*results):
-            _bits(a, b)
+        # a bias of whole numbers keeps ties; one of 1e6 + fractions rounds x + bias
+        bias = (rng.integers(-1, 2, size=c) if c % 2 else rng.normal(1e6, 1, size=c)).astype(dtype)
+        for has_bias in (0, 1):
+            _check_nhwc_twins(x, bias, has_bias, window, (oh, ow), beta, rng)
+
+
+def _check_nhwc_twins(x, bias, has_bias, window, out_hw, beta, rng):
+    """The NHWC pool and its gradient, serial and threaded, against the NCHW
+    kernels on the transpose of x (+ bias)."""
+    dtype, (n, h, w, c), (oh, ow) = x.dtype, x.shape, out_hw
+    results = []
+    for suffix in ("", "_mt"):
+        out, idx = np.empty((n, c, oh, ow), dtype), np.empty((n, c, oh, ow), np.int64)
+        getattr(cpu, "relu_max_pool2d_nhwc" + suffix)(x, bias, has_bias, out, idx, *window)
+        g = rng.normal(size=out.shape).astype(dtype) if not results else results[0][2]
+        dest = np.full(x.shape, 0.5, dtype)
+        getattr(cpu, "max_pool2d_backward_nhwc" + suffix)(g, idx, dest, *window, beta)
+        results.append((out, idx, g, dest))
+        # the NCHW kernels on the transpose: the same picks and sums
+        want, widx = np.empty_like(out), np.empty_like(idx)
+        xt = np.ascontiguousarray((x + bias if has_bias else x).transpose(0, 3, 1, 2))
+        assert xt.dtype == dtype
+        cpu.relu_max_pool2d(xt, want, widx, *window)
+        _bits(out, want)
+        _bits(idx, widx)
+        wdest = np.full(xt.shape, 0.5, dtype)
+        cpu.max_pool2d_backward(g, idx, wdest, *window, beta)
+        _bits(dest, np.ascontiguousarray(wdest.transpose(0, 2, 3, 1)))
+    for a, b in zip(*results):
+        _bits(a, b)
 
 
 def _col2im_reference(cols, dest, sh, sw, ph, pw, dh, dw, beta, cl):

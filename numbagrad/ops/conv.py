@@ -222,20 +222,26 @@ def _conv_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geometry: tupl
     n, _, groups, _, _, _, _, (oh, ow), _, _ = geometry
     kern, dtype = x._kern, x._data.dtype
     cout = weight.shape[0]
-    cols, w3, prod = _columns_product(x, weight, bias, geometry)
+    cols, w3, prod = _columns_product(x, weight, geometry)
     out = buffers.take(kern, out_shape, dtype)
+    beta = 0.0
+    if bias is not None:   # out = the product reordered + the bias, rounded once
+        broadcast_into(kern, reshaped(contiguous(bias), (1, cout, 1)), (n, cout, oh * ow),
+                       reshaped(out, (n, cout, oh * ow)))
+        beta = 1.0
     kernels.call(kern, "expand_nd", out.size,
                  permuted(reshaped(prod, (groups, n, oh * ow, cout // groups)), (1, 0, 3, 2)),
-                 reshaped(out, (n, groups, cout // groups, oh * ow)), 1.0, 0.0)
+                 reshaped(out, (n, groups, cout // groups, oh * ow)), 1.0, beta)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return result(out, kern, inputs, _conv_backward, (cols, w3, geometry))
 
 
-def _columns_product(x: Tensor, weight: Tensor, bias: Tensor | None,
-                     geometry: tuple) -> tuple:
+def _columns_product(x: Tensor, weight: Tensor, geometry: tuple) -> tuple:
     """(cols, w3, prod): ``im2col`` of x, the weight as (G, C_out/G, K), and
-    their product plus the bias, (G, N*OH*OW, C_out/G): every output
-    position's channels in a row (NHWC for one group)."""
+    their product, (G, N*OH*OW, C_out/G): every output position's channels
+    in a row (NHWC for one group). The bias is added by the pass that reads
+    the product (the reorder into NCHW, or the fused pool): the same
+    rounding, fl(product + bias), and no pass of its own."""
     n, channels, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank \
         = geometry
     kern, dtype = x._kern, x._data.dtype
@@ -248,13 +254,9 @@ def _columns_product(x: Tensor, weight: Tensor, bias: Tensor | None,
     w3 = reshaped(contiguous(weight), (groups, cout_g, k_g))
     # the GEMM writes (G, N*OH*OW, C_out/G), every patch's outputs in a row
     prod = buffers.take(kern, (groups, length, cout_g), dtype)
-    beta = 0.0
-    if bias is not None:
-        broadcast_into(kern, reshaped(contiguous(bias), (groups, 1, cout_g)), prod.shape, prod)
-        beta = 1.0
     work = groups * length * k_g * cout_g   # multiply-adds: picks bgemm's threaded twin
     kernels.call(kern, "bgemm", work, reshaped(cols, (groups, length, k_g)), w3, prod,
-                 0, 1, 1.0, beta, 1, 1, 1, groups)
+                 0, 1, 1.0, 0.0, 1, 1, 1, groups)
     return cols, w3, prod
 
 

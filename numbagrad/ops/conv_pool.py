@@ -9,7 +9,8 @@ GEMM's rows as they are (``relu_max_pool2d_nhwc``, writing NCHW) and its
 gradient goes straight into the GEMM's layout
 (``max_pool2d_backward_nhwc``): both reorderings and the convolution's
 NCHW output are gone. The values and gradients are the three ops' bit for
-bit (the reorderings are exact copies; the picks and sums are the NCHW
+bit (the pool adds the bias to the rows as the reorder does, fl(product +
+bias); the reorderings are exact copies; the picks and sums are the NCHW
 kernels'). A convolution of several groups or on the direct path (which
 writes NCHW itself) runs as the two ops ``conv2d`` and ``_relu_max_pool2d``.
 """
@@ -22,7 +23,7 @@ import numpy as np
 from .. import buffers, kernels
 from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import ones, reshaped, result
+from ._common import contiguous, ones, reshaped, result
 from .conv import (GATHER_COST, _columns_backward, _columns_product, _conv_forward,
                    _conv_setup, _is_direct)
 from .pool import _pool_geometry, _relu_max_pool2d
@@ -47,13 +48,16 @@ def _conv2d_relu_max_pool2d(x: Any, weight: Any, bias: Any = None, stride: Any =
                                 kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (qh, qw) = window4
     kern, dtype = x._kern, x._data.dtype
-    cols, w3, prod = _columns_product(x, weight, bias, geometry)
+    cols, w3, prod = _columns_product(x, weight, geometry)
     out = buffers.take(kern, ((n,) if is_batched else ()) + (cout, qh, qw), dtype)
     idx = buffers.take(kern, (n, cout, qh, qw), np.int64)   # (ng.compile: a temp)
     window = (kh, kw, sh, sw, ph, pw, dh, dw)
-    # (the elements the call touches: the rows read, out and idx written)
-    kernels.call(kern, "relu_max_pool2d_nhwc", GATHER_COST * (prod.size + 2 * out.size),
-                 reshaped(prod, (n, oh, ow, cout)), reshaped(out, idx.shape), idx, *window)
+    rows = reshaped(prod, (n, oh, ow, cout))
+    # the pool adds the bias as the unfused conv2d's reorder does (the product's
+    # first row stands in for an absent one); it touches the rows read, out and idx
+    kernels.call(kern, "relu_max_pool2d_nhwc", GATHER_COST * (prod.size + 2 * out.size), rows,
+                 rows[0, 0, 0] if bias is None else contiguous(bias), int(bias is not None),
+                 reshaped(out, idx.shape), idx, *window)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return result(out, kern, inputs, _conv2d_relu_max_pool2d_backward,
                   (cols, w3, geometry, idx, window))

@@ -473,30 +473,46 @@ def _max_pool_backward(g, idx, dest, kh, kw, sh, sw, dh, dw, beta, lo, hi, nhwc)
 # NCHW, instead of reordering it into NCHW first; its gradient goes back
 # into the GEMM's layout. Same picks, same sums as the NCHW kernels.
 @njit(cache=True, error_model="numpy")
-def relu_max_pool2d_nhwc(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
-    """``relu_max_pool2d`` of x (N, H, W, C), C-contiguous: out and idx
-    (N, C, OH, OW) as ``relu_max_pool2d`` gives them for x's NCHW
-    transpose (idx: h * W + w in the plane). Each window's channels are one
-    vectorised loop."""
-    _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, 0, x.shape[0])
+def relu_max_pool2d_nhwc(x, bias, has_bias, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+    """``relu_max_pool2d`` of x (N, H, W, C) plus ``bias`` (C,) when
+    ``has_bias``, both C-contiguous: out and idx (N, C, OH, OW) as
+    ``relu_max_pool2d`` gives them for the NCHW transpose of x + bias (idx:
+    h * W + w in the plane). Each element is x + bias rounded to the dtype
+    (a convolution's output plus its bias) before it is compared. Each
+    window's channels are one vectorised loop."""
+    _pool_nhwc_images(x, _bias_row(bias, has_bias, x), out, idx, kh, kw, sh, sw, ph, pw, dh,
+                      dw, 0, x.shape[0])
 
 
 @njit(cache=True, error_model="numpy", parallel=True)
-def relu_max_pool2d_nhwc_mt(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+def relu_max_pool2d_nhwc_mt(x, bias, has_bias, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
     """``relu_max_pool2d_nhwc`` with a block of images per thread."""
     N = x.shape[0]
     parts = max(1, min(N, num_threads()))
+    row = _bias_row(bias, has_bias, x)
     for t in prange(parts):
-        _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, t * N // parts,
+        _pool_nhwc_images(x, row, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, t * N // parts,
                           (t + 1) * N // parts)
 
 
+@njit(error_model="numpy", inline="always")
+def _bias_row(bias, has_bias, x):
+    """The C values added to each of x's channels: ``bias``, or zeros (x + 0 is
+    x but for -0.0, which relu cuts as it cuts 0.0)."""
+    C = x.shape[3]
+    row = np.zeros(C, x.dtype)
+    if has_bias:
+        for c in range(C):
+            row[c] = bias[c]
+    return row
+
+
 @njit(cache=True, error_model="numpy")
-def _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, n0, n1):
+def _pool_nhwc_images(x, bias, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, n0, n1):
     N, H, W, C = x.shape
     OH, OW = out.shape[2], out.shape[3]
     if _tiles_2x2(kh, kw, sh, sw, ph, pw, dh, dw, H, W, OH, OW):
-        _pool_nhwc_2x2(x, out, idx, n0, n1)
+        _pool_nhwc_2x2(x, bias, out, idx, n0, n1)
         return
     P, T = OH * OW, kh * kw
     xf, of, jf = x.reshape(x.size), out.reshape(out.size), idx.reshape(idx.size)
@@ -513,7 +529,7 @@ def _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, n0, n1):
             for t in range(q * T, q * T + T):
                 k = window[t]
                 if k >= 0:
-                    _pick_channels(xf, uint64((n * H * W + k) * C), k, best, at)
+                    _pick_channels(xf, bias, uint64((n * H * W + k) * C), k, best, at)
             o = uint64(n * C * P + q)
             for c in range(C):
                 v, a = best[c], at[c]
@@ -524,7 +540,7 @@ def _pool_nhwc_images(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw, n0, n1):
 
 
 @njit(error_model="numpy", inline="always")
-def _pool_nhwc_2x2(x, out, idx, n0, n1):
+def _pool_nhwc_2x2(x, bias, out, idx, n0, n1):
     """``_pool_nhwc_images`` of 2x2 windows of stride 2 tiling x (MaxPool2d(2)
     on even sizes): an image's windows first into an (OH*OW, C) scratch, each
     window's channels one vectorised loop that picks as ``_max_pool_2x2`` does
@@ -547,8 +563,8 @@ def _pool_nhwc_2x2(x, out, idx, n0, n1):
                 bd = bc + uint64(C)
                 s = uint64((oh * OW + ow) * C)
                 for c in range(C):
-                    u = uint64(c)
-                    a, b, e, d = xf[ba + u], xf[bb + u], xf[bc + u], xf[bd + u]
+                    u, z = uint64(c), bias[c]
+                    a, b, e, d = xf[ba + u] + z, xf[bb + u] + z, xf[bc + u] + z, xf[bd + u] + z
                     t1 = _takes(b, a)
                     m1, k1 = (b, k0 + 1) if t1 else (a, k0)
                     t2 = _takes(d, e)
@@ -566,10 +582,11 @@ def _pool_nhwc_2x2(x, out, idx, n0, n1):
 
 
 @njit(error_model="numpy", inline="always")
-def _pick_channels(xf, base, k, best, at):
-    """``_pick`` of every channel's element at plane position k (xf[base:])."""
+def _pick_channels(xf, bias, base, k, best, at):
+    """``_pick`` of every channel's element at plane position k (xf[base:]),
+    its bias added."""
     for c in range(best.size):
-        v = xf[base + uint64(c)]
+        v = xf[base + uint64(c)] + bias[c]
         b = best[c]
         take = _takes(v, b)
         best[c] = v if take else b

@@ -121,39 +121,54 @@ def _col2im_cl_source(config: Config, dtype):
 
 def _max_pool_source(relu: bool, nhwc: bool = False):
     """The max_pool2d kernel; with ``relu`` relu_max_pool2d's (see the CPU's);
-    with ``nhwc`` too, relu_max_pool2d_nhwc's (x (N, H, W, C))."""
-    def max_pool2d_kernel(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+    with ``nhwc`` too, relu_max_pool2d_nhwc's (x (N, H, W, C), plus ``bias``
+    (C,) when ``has_bias``, each element rounded to the dtype before it is
+    compared)."""
+    @cuda.jit(device=True)
+    def pool_at(x, bias, has_bias, out, idx, k, kh, kw, sh, sw, ph, pw, dh, dw):
         N, C, OH, OW = out.shape
         H, W = (x.shape[1], x.shape[2]) if nhwc else (x.shape[2], x.shape[3])
+        n, c, oh, ow = _nchw(k, C, OH, OW)
+        h0 = oh * sh - ph
+        w0 = ow * sw - pw
+        while h0 < 0:
+            h0 += dh
+        while w0 < 0:
+            w0 += dw
+        best = -math.inf
+        at = h0 * W + w0
+        for i in range(kh):
+            h = oh * sh - ph + i * dh
+            if 0 <= h < H:
+                for j in range(kw):
+                    w = ow * sw - pw + j * dw
+                    if 0 <= w < W:
+                        if nhwc:
+                            v = x[n, h, w, c] + bias[c] if has_bias else x[n, h, w, c]
+                        else:
+                            v = x[n, c, h, w]
+                        if v > best or v != v:
+                            best = v
+                            at = h * W + w
+        if relu and best <= 0:
+            best = 0.0
+            at = -1
+        out[n, c, oh, ow] = best
+        idx[n, c, oh, ow] = at
+
+    def max_pool2d_nhwc_kernel(x, bias, has_bias, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
         k = cuda.grid(1)
         while k < out.size:
-            n, c, oh, ow = _nchw(k, C, OH, OW)
-            h0 = oh * sh - ph
-            w0 = ow * sw - pw
-            while h0 < 0:
-                h0 += dh
-            while w0 < 0:
-                w0 += dw
-            best = -math.inf
-            at = h0 * W + w0
-            for i in range(kh):
-                h = oh * sh - ph + i * dh
-                if 0 <= h < H:
-                    for j in range(kw):
-                        w = ow * sw - pw + j * dw
-                        if 0 <= w < W:
-                            v = x[n, h, w, c] if nhwc else x[n, c, h, w]
-                            if v > best or v != v:
-                                best = v
-                                at = h * W + w
-            if relu and best <= 0:
-                best = 0.0
-                at = -1
-            out[n, c, oh, ow] = best
-            idx[n, c, oh, ow] = at
+            pool_at(x, bias, has_bias, out, idx, k, kh, kw, sh, sw, ph, pw, dh, dw)
             k += cuda.gridsize(1)
 
-    return max_pool2d_kernel
+    def max_pool2d_kernel(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):
+        k = cuda.grid(1)
+        while k < out.size:   # (out's first row stands in for the bias it has not)
+            pool_at(x, out[0, 0, 0], False, out, idx, k, kh, kw, sh, sw, ph, pw, dh, dw)
+            k += cuda.gridsize(1)
+
+    return max_pool2d_nhwc_kernel if nhwc else max_pool2d_kernel
 
 
 _POOL_SIGNATURE = lambda dt: (_a(dt, 4), _a(dt, 4), array_type(int64, 4),  # noqa: E731
@@ -208,7 +223,9 @@ def _max_pool2d_backward_source(config: Config, dtype):
     return _max_pool_backward_source(False)
 
 
-@kernel("relu_max_pool2d_nhwc", _POOL_SIGNATURE)
+@kernel("relu_max_pool2d_nhwc", lambda dt: (_a(dt, 4), _a(dt, 1), _I, _a(dt, 4),
+                                            array_type(int64, 4), _I, _I, _I, _I, _I, _I, _I,
+                                            _I))
 def _relu_max_pool2d_nhwc_source(config: Config, dtype):
     return _max_pool_source(True, nhwc=True)
 
@@ -509,10 +526,11 @@ def conv2d_direct_weight(g, x, dest, bias_dest, ph, pw, dh, dw, beta, bias_beta,
              bias_dest.dtype.type(bias_beta))
 
 
-def relu_max_pool2d_nhwc(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw) -> None:
+def relu_max_pool2d_nhwc(x, bias, has_bias, out, idx, kh, kw, sh, sw, ph, pw, dh,
+                         dw) -> None:
     """See ``kernels.cpu.relu_max_pool2d_nhwc``."""
-    _run("relu_max_pool2d_nhwc", out.size, out, x, out, idx, int(kh), int(kw), int(sh), int(sw),
-         int(ph), int(pw), int(dh), int(dw))
+    _run("relu_max_pool2d_nhwc", out.size, out, x, bias, int(has_bias), out, idx, int(kh),
+         int(kw), int(sh), int(sw), int(ph), int(pw), int(dh), int(dw))
 
 
 def max_pool2d_backward_nhwc(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta) -> None:
