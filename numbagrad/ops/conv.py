@@ -56,6 +56,8 @@ from ._common import (ArgumentLengthError, broadcast_into, contiguous, copy_stri
 from .join import pad
 from .shape import permute, reshape
 
+_HOST = buffers.HOST
+
 
 # The size that picks a threaded twin (``kernels.call``) for the columns and
 # pool kernels: the elements a call touches, times this. Each element costs
@@ -290,7 +292,16 @@ def _columns_backward(ctx: _Backward, node: Node, gt: Any) -> None:
     work = groups * length * k_g * cout_g   # each GEMM's multiply-adds
     if len(node.inputs) == 3 and node.inputs[2].requires_grad:   # db = column sums
         dest, beta = ctx.dest(node.inputs[2])
-        reduce_into(kern, gt, reshaped(dest, (groups, 1, cout_g)), 1.0, beta)
+        if kern is _HOST:
+            # on the CPU a GEMM with a row of ones, db[g] = 1^T @ G[g], in the
+            # BLAS's order as dW is: OpenBLAS adds row after row (sum_to's
+            # order, its bits) with the sums in registers, 2.2x as fast as
+            # sum_to over 4096x16; CUDA's column sums are one launch
+            kernels.call(kern, "bgemm", groups * length * cout_g,
+                         ones(kern, (1, 1, length), dtype), gt,
+                         reshaped(dest, (groups, 1, cout_g)), 0, 0, 1.0, beta, 1, 1, 1, groups)
+        else:
+            reduce_into(kern, gt, reshaped(dest, (groups, 1, cout_g)), 1.0, beta)
     if weight.requires_grad:   # dW[g] = G[g]^T @ cols[g], over the whole batch
         dest, beta = ctx.dest(weight)
         kernels.call(kern, "bgemm", work, gt, cols3, reshaped(dest, w3.shape), 1, 0, 1.0, beta,
