@@ -110,6 +110,48 @@ def test_the_split_product_is_the_whole_product(m, n, k, dtype):
             np.testing.assert_allclose(out, exact, rtol=0, atol=tol * scale * 4)
 
 
+# (m, n, k): long and thin products (a weight gradient over a batch), k off
+# the 16-row lattice, and one the output split never reached (16x9)
+INNER_SHAPES = [(32, 144, 1024), (16, 9, 4096), (24, 40, 1501)]
+
+
+@pytest.mark.parametrize("m,n,k", INNER_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_long_inner_dimension_is_split_along_it(m, n, k, dtype):
+    """One long and thin product in ``bgemm_mt`` is two BLAS calls over the
+    two runs of k (the first with beta, into out), then the second's product
+    added: bit for bit what those calls give one after the other, the
+    one-thread twin's bits, and the whole product to rounding."""
+    runs, step = matmul._inner_blocks(m, n, k, 2)
+    assert runs == 2 and step % matmul._ALIGN == 0 and step < k
+    assert matmul._inner_blocks(m, n, k, 1)[0] == 1          # one thread: no split
+    assert matmul._inner_blocks(256, 256, 512, 2)[0] == 1    # not long enough
+    rng = np.random.default_rng(m * n)
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+            b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+            start = rng.standard_normal((1, m, n)).astype(dtype)
+            out, one, whole = start.copy(), start.copy(), start.copy()
+            matmul.bgemm_mt(a[None], b[None], out, ta, tb, 2.0, 0.5, 1, 1, 1, 1)
+            matmul.bgemm_st(a[None], b[None], one, ta, tb, 2.0, 0.5, 1, 1, 1, 1)
+            matmul.bgemm(a[None], b[None], whole, ta, tb, 2.0, 0.5, 1, 1, 1, 1)
+            assert np.array_equal(out, one)
+            runs_of = [slice(0, step), slice(step, k)]
+            pieces = [(np.ascontiguousarray(a[r] if ta else a[:, r]),
+                       np.ascontiguousarray(b[:, r] if tb else b[r])) for r in runs_of]
+            want = start[0].copy()
+            matmul.gemm(*pieces[0], want, ta, tb, 2.0, 0.5)
+            second = np.empty_like(want)
+            matmul.gemm(*pieces[1], second, ta, tb, 2.0, 0.0)
+            assert np.array_equal(out[0], want + second)
+            tol = (2e-5 if dtype == np.float32 else 1e-12) * np.sqrt(k) * 8
+            np.testing.assert_allclose(out, whole, rtol=0, atol=tol)
+            exact = 2.0 * ((a.T if ta else a).astype(np.float64) @ (b.T if tb else b)) \
+                + 0.5 * start[0]
+            np.testing.assert_allclose(out[0], exact, rtol=0, atol=tol)
+
+
 def test_linear_and_bgemm_twins_match_their_serial_kernels():
     rng = np.random.default_rng(3)
     for m, n, k in ((700, 150, 300), (150, 700, 300)):

@@ -80,6 +80,22 @@ _ALIGN = 16
 # Below this many multiply-adds a plain loop beats the BLAS call overhead.
 _BLAS_MIN_WORK = 4096
 
+# One product whose inner dimension is at least _INNER_RATIO times its
+# output's longer side (a weight gradient over a batch: dW = G^T @ X) is
+# split along the inner dimension instead, from _INNER_MIN multiply-adds:
+# each thread one BLAS call over its run of at least _INNER_DEPTH of k
+# (thread 0's into out with beta, the others' into scratch), then the
+# partial products added into out in order. Each thread packs its share of
+# both operands, where a split of the output has every thread pack all of
+# the one it does not split: 2 threads here, a 32x144 product over k=1024
+# 85 -> 75 us, 16x9 over k=4096 (which no output split reaches) 14.7 ->
+# 9.4 us, 32x32 over k=8192 196 -> 156 us; at a ratio of 2 it lost (373 ->
+# 380 us at 256x256 over 512). The sum's order is another than one call's
+# (and depends on the thread count, as the output splits' edges do).
+_INNER_RATIO = 3
+_INNER_MIN = 1 << 19
+_INNER_DEPTH = 256
+
 _N, _T = 78, 84  # ord("N"), ord("T"): Fortran BLAS transpose flags
 
 _unary = vmath.unary   # (float32: the records' fast forms)
@@ -384,7 +400,8 @@ def bgemm(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count
 @njit(cache=True, error_model="numpy", parallel=True)
 def bgemm_mt(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
     """``bgemm`` over Numba's threads from _SPLIT_MIN multiply-adds in all: one
-    product split as ``gemm_mt`` does, several shared out slice by slice."""
+    product split as ``gemm_mt`` does (or, long and thin, along its inner
+    dimension: ``_INNER_RATIO``), several shared out slice by slice."""
     _bgemm_split(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count)
 
 
@@ -394,11 +411,53 @@ def bgemm_st(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, co
     _bgemm_split(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count)
 
 
+@njit(cache=True, error_model="numpy")
+def _inner_blocks(m, n, k, threads):
+    """(runs, their length) of a product split along its inner dimension
+    (``_INNER_RATIO``): 1 run (no such split) unless the product is long and
+    thin enough; a run's length is a multiple of _ALIGN."""
+    runs = min(threads, k // _INNER_DEPTH)
+    if runs < 2 or k < _INNER_RATIO * max(m, n) or np.int64(m) * n * k < _INNER_MIN:
+        return 1, k
+    step = ((k + runs - 1) // runs + _ALIGN - 1) // _ALIGN * _ALIGN
+    return (k + step - 1) // step, step
+
+
+@_inline
+def _split_inner(a, b, out, trans_a, trans_b, alpha, beta, runs, step):
+    # out = (alpha * op(a) @ op(b) over the first run + beta * out) + the other
+    # runs' alpha * products, added in order after the threads' BLAS calls
+    m, n = out.shape
+    k = a.shape[0] if trans_a else a.shape[1]
+    lda, ldb = a.shape[1], b.shape[1]
+    part = np.empty((runs - 1, m, n), out.dtype)
+    previous = _set_blas_threads(1)
+    for q in prange(runs):
+        p0 = q * step
+        p1 = min(k, p0 + step)
+        ak = a[p0:p1] if trans_a else a[:, p0:p1]
+        bk = b[:, p0:p1] if trans_b else b[p0:p1]
+        if q == 0:
+            _blas(ak, bk, out, trans_a, trans_b, alpha, beta, lda, ldb, n)
+        else:
+            _blas(ak, bk, part[q - 1], trans_a, trans_b, alpha, 0.0, lda, ldb, n)
+    _set_blas_threads(previous)
+    for q in range(runs - 1):
+        p = part[q]
+        for i in range(m):
+            for j in range(n):
+                out[i, j] += p[i, j]
+
+
 @_inline
 def _bgemm_split(a, b, out, trans_a, trans_b, alpha, beta, a_div, b_div, out_div, count):
     nout, m, n = out.shape
     k = a.shape[1] if trans_a else a.shape[2]
     if nout == 1 and count == 1 and out_div == 1:   # one product: out[0] = op(a[0]) @ op(b[0])
+        runs, length = _inner_blocks(m, n, k, num_threads())
+        if runs > 1:
+            _split_inner(a[0], b[0], out[0], trans_a, trans_b, alpha, beta, runs, length)
+            return
         parts, step, by_rows = _blocks(m, n, k, num_threads())
         if parts > 1:
             _split_product(a[0], b[0], out[0], trans_a, trans_b, alpha, beta, parts, step,
