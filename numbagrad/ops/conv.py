@@ -295,8 +295,8 @@ def _columns_backward(ctx: _Backward, node: Node, gt: Any) -> None:
         if kern is _HOST:
             # on the CPU a GEMM with a row of ones, db[g] = 1^T @ G[g], in the
             # BLAS's order as dW is: OpenBLAS adds row after row (sum_to's
-            # order, its bits) with the sums in registers, 2.2x as fast as
-            # sum_to over 4096x16; CUDA's column sums are one launch
+            # order, its bits) with the sums in registers: 9.3 -> 5.1 us
+            # over 4096x16; CUDA's column sums are one launch
             kernels.call(kern, "bgemm", groups * length * cout_g,
                          ones(kern, (1, 1, length), dtype), gt,
                          reshaped(dest, (groups, 1, cout_g)), 0, 0, 1.0, beta, 1, 1, 1, groups)
