@@ -3,6 +3,7 @@ thread, a large product's threaded twin splits it over Numba's threads, and
 SciPy's BLAS keeps the caller's thread count (numbagrad puts it back)."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 
@@ -118,14 +119,17 @@ INNER_SHAPES = [(32, 144, 1024), (16, 9, 4096), (24, 40, 1501)]
 @pytest.mark.parametrize("m,n,k", INNER_SHAPES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_long_inner_dimension_is_split_along_it(m, n, k, dtype):
-    """One long and thin product in ``bgemm_mt`` is two BLAS calls over the
-    two runs of k (the first with beta, into out), then the second's product
-    added: bit for bit what those calls give one after the other, the
+    """One long and thin product in ``bgemm_mt`` is a BLAS call per run of k
+    (the first with beta, into out), then the other runs' products added in
+    order: bit for bit what those calls give one after the other, the
     one-thread twin's bits, and the whole product to rounding."""
     runs, step = matmul._inner_blocks(m, n, k, 2)
     assert runs == 2 and step % matmul._ALIGN == 0 and step < k
     assert matmul._inner_blocks(m, n, k, 1)[0] == 1          # one thread: no split
     assert matmul._inner_blocks(256, 256, 512, 2)[0] == 1    # not long enough
+    # the runs bgemm_mt makes here (as many as Numba's threads, at least 256 deep)
+    runs, step = matmul._inner_blocks(m, n, k, numba.get_num_threads())
+    runs_of = [slice(q * step, min(k, q * step + step)) for q in range(runs)]
     rng = np.random.default_rng(m * n)
     for ta in (0, 1):
         for tb in (0, 1):
@@ -137,14 +141,15 @@ def test_a_long_inner_dimension_is_split_along_it(m, n, k, dtype):
             matmul.bgemm_st(a[None], b[None], one, ta, tb, 2.0, 0.5, 1, 1, 1, 1)
             matmul.bgemm(a[None], b[None], whole, ta, tb, 2.0, 0.5, 1, 1, 1, 1)
             assert np.array_equal(out, one)
-            runs_of = [slice(0, step), slice(step, k)]
             pieces = [(np.ascontiguousarray(a[r] if ta else a[:, r]),
                        np.ascontiguousarray(b[:, r] if tb else b[r])) for r in runs_of]
             want = start[0].copy()
             matmul.gemm(*pieces[0], want, ta, tb, 2.0, 0.5)
-            second = np.empty_like(want)
-            matmul.gemm(*pieces[1], second, ta, tb, 2.0, 0.0)
-            assert np.array_equal(out[0], want + second)
+            for piece in pieces[1:]:
+                later = np.empty_like(want)
+                matmul.gemm(*piece, later, ta, tb, 2.0, 0.0)
+                want += later
+            assert np.array_equal(out[0], want)
             tol = (2e-5 if dtype == np.float32 else 1e-12) * np.sqrt(k) * 8
             np.testing.assert_allclose(out, whole, rtol=0, atol=tol)
             exact = 2.0 * ((a.T if ta else a).astype(np.float64) @ (b.T if tb else b)) \
