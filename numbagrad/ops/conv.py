@@ -5,19 +5,20 @@ The forward copies every input patch into a row of a pooled columns buffer
 (``im2col``, laid out (G, N, OH, OW, C/G, KH, KW): one row per output
 position and group), and one batched GEMM per call multiplies those rows
 with each group's transposed weight, into (G, N*OH*OW, C_out/G), which one
-strided copy reorders into NCHW (``nn.Sequential`` runs a ``Conv2d``,
-``ReLU``, ``MaxPool2d`` run as one op whose pool reads those rows as they
-are, ``ops/conv_pool.py``). The backward reorders the output gradient
-into that layout once, writes the weight gradient with one GEMM per group
-over the whole batch, straight into its destination (beta=1 adds into a
-param's accumulator), the bias gradient as column sums, and the input
-gradient as a GEMM into columns that ``col2im`` adds back into the image
-(from ``CL_MIN_CHANNELS`` channels a group, columns laid out channels last,
-(G, N, OH, OW, KH, KW, C/G), from a reordered copy of the weight, which
-``col2im_cl`` adds with contiguous runs: the same bits, faster).
-With the patches as rows the GEMMs are (N*OH*OW x K) by (K x C_out) and
-the like, which OpenBLAS runs faster than their transposes on small
-channel counts (measured 1.3-1.5x on a digits CNN's second convolution).
+strided copy reorders into NCHW, adding the bias (``nn.Sequential`` runs a
+``Conv2d``, ``ReLU``, ``MaxPool2d`` run as one op whose pool reads those
+rows as they are and adds the bias, ``ops/conv_pool.py``). The backward
+reorders the output gradient into that layout once, writes the weight
+gradient with one GEMM per group over the whole batch, straight into its
+destination (beta=1 adds into a param's accumulator), the bias gradient as
+column sums (on the CPU a GEMM with a row of ones), and the input gradient
+as a GEMM into columns that ``col2im`` adds back into the image (from
+``CL_MIN_CHANNELS`` channels a group, columns laid out channels last, (G,
+N, OH, OW, KH, KW, C/G), from a reordered copy of the weight, which
+``col2im_cl`` adds with contiguous runs: the same bits, faster). With the
+patches as rows the GEMMs are (N*OH*OW x K) by (K x C_out) and the like,
+which OpenBLAS runs faster than their transposes on small channel counts
+(measured 1.3-1.5x on a digits CNN's second convolution).
 ``conv1d`` is ``conv2d`` of height 1.
 
 A convolution of one group at stride 1 whose outputs sum at most
