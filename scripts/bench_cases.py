@@ -13,11 +13,6 @@ from collections.abc import Callable
 from bench_machine import installed
 
 K = 4       # accumulate_steps of every peer: one call in K applies the update
-# numbagrad runs a GEMM of fewer multiply-adds on one thread and splits a
-# larger one over its own threads, one BLAS thread each (kernels/cpu/matmul.py's
-# _SPLIT_MIN; a test checks the two agree); the floor runs the smaller ones on
-# one BLAS thread and the larger on OpenBLAS's own threads: a lower bound
-BLAS_THREADS_MIN = 1 << 22
 
 CASES = {
     "tiny": {"kind": "linear", "shape": (2, 3, 1)},           # (d_out, d_in, batch)

@@ -25,7 +25,7 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-from bench_cases import BLAS_THREADS_MIN, CASES, EXTRA_KINDS, K, cnn_features
+from bench_cases import CASES, EXTRA_KINDS, K, cnn_features
 from gpt_model import GPTConfig, nanogpt_init, param_shapes
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -1336,7 +1336,11 @@ def scipy_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], No
     kernel) numbagrad's CPU matmul calls, without copies: row-major
     ``out = a @ b`` is column-major ``out.T = b.T @ a.T``; a C-ordered operand
     X is passed as the Fortran-ordered X.T, a transposed view as itself with
-    the transpose flag."""
+    the transpose flag. On OpenBLAS's own threads or on one thread, whichever
+    ran this product faster here (``faster``): numbagrad splits its products
+    over its own threads in ways no size threshold describes (by output
+    blocks, along a long inner dimension, by the images of a fused
+    convolution), so the floor takes each GEMM at the BLAS's best."""
     from scipy.linalg import blas
     gemm = blas.sgemm if out.dtype == np.float32 else blas.dgemm
 
@@ -1348,14 +1352,30 @@ def scipy_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], No
     def call():
         gemm(1.0, bb, aa, beta=0.0, c=c, trans_a=tb, trans_b=ta, overwrite_c=1)
     local = _blas_threads_local()
-    if local is None or a.shape[0] * out.shape[1] * (a.size // a.shape[0]) >= BLAS_THREADS_MIN:
+    if local is None:
         return call
 
-    def one_thread_call():   # numbagrad's rule for a small GEMM (kernels/cpu/matmul.py)
+    def one_thread_call():
         previous = local(1)
         call()
         local(previous)
-    return one_thread_call
+    return faster([call, one_thread_call])
+
+
+def faster(calls: list[Callable[[], None]], trials: int = 9, clock=time.perf_counter
+           ) -> Callable[[], None]:
+    """The call of ``calls`` (each doing the same work) whose best of
+    ``trials`` timed calls, taken in turn after one warm-up call each, is the
+    shortest."""
+    for call in calls:
+        call()
+    best = [math.inf] * len(calls)
+    for _ in range(trials):
+        for i, call in enumerate(calls):
+            start = clock()
+            call()
+            best[i] = min(best[i], clock() - start)
+    return calls[best.index(min(best))]
 
 
 def _blas_threads_local():
@@ -1374,10 +1394,9 @@ def _blas_threads_local():
 
 def floor_step(case, dtype, opt_kind, device) -> Callable[[], None] | None:
     """Only the unavoidable GEMMs, into preallocated outputs: SciPy's BLAS,
-    which numbagrad's kernels call: a GEMM of fewer than ``BLAS_THREADS_MIN``
-    multiply-adds on one thread, as numbagrad, a larger one on OpenBLAS's own
-    threads (numbagrad splits it over Numba's, one BLAS thread each); cuBLAS
-    through PyTorch for ``--device cuda``."""
+    which numbagrad's kernels call, each GEMM on one thread or on OpenBLAS's
+    own, whichever ran it faster (``scipy_gemm``); cuBLAS through PyTorch for
+    ``--device cuda``."""
     gemms = floor_gemms(case, dtype)
     if device == "cuda":
         torch = _torch()

@@ -182,14 +182,3 @@ def test_linear_and_bgemm_twins_match_their_serial_kernels():
         matmul.bgemm_mt(a3, b3, twin, 0, 0, 1.0, 0.0, 1, 2, 1, 6)
         assert np.array_equal(serial, twin)
         np.testing.assert_allclose(twin[5], a3[5] @ b3[2], rtol=1e-4, atol=1e-3)
-
-
-def test_the_benchmark_floor_uses_the_same_threshold():
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    try:
-        import bench_cases
-    finally:
-        sys.path.pop(0)
-    assert bench_cases.BLAS_THREADS_MIN == matmul._SPLIT_MIN

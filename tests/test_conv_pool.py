@@ -77,7 +77,7 @@ def test_fused_gives_the_three_ops_bits(xs, ws, conv_kw, pool_kw, dtype):
         seen, unfused = KernelNames(), KernelNames()
         with kernels.observe(seen):
             out, grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), arrays, 1)
-        assert "relu_max_pool2d_nhwc" in seen.names and "max_pool2d_backward_nhwc" in seen.names
+        assert "conv_relu_max_pool2d_nhwc" in seen.names and "max_pool2d_backward_nhwc" in seen.names
         with kernels.observe(unfused):
             want, want_grads = _run(_unfused(conv_kw, pool_kw), arrays, 1)
         # both reorderings gone, and the bias's fill (the pool adds it)
@@ -110,7 +110,7 @@ def test_groups_and_the_direct_path_run_as_two_ops(monkeypatch):
     seen = KernelNames()
     with kernels.observe(seen):
         out, grads = _run(lambda *p: fused(*p, padding=1, groups=2, kernel_size=2), (x, w, b), 4)
-    assert "relu_max_pool2d" in seen.names and "relu_max_pool2d_nhwc" not in seen.names
+    assert "relu_max_pool2d" in seen.names and "conv_relu_max_pool2d_nhwc" not in seen.names
     want, want_grads = _run(lambda *p: _relu_max_pool2d(ng.conv2d(*p, padding=1, groups=2), 2),
                             (x, w, b), 4)
     _bits(out, want)
@@ -260,6 +260,92 @@ def test_conv_and_pool_twins_give_the_serial_bits(name, args):
         _bits(x, y)
 
 
+def _fused_kernel_args(rng, n, cin, side, cout, dtype, has_bias, window):
+    """Arguments of ``conv_relu_max_pool2d_nhwc`` for a 3x3 convolution (padding
+    1, stride 1) of n images cin x side x side, then a max pool of ``window``."""
+    x = rng.normal(size=(n, cin, side, side)).astype(dtype)
+    x[0, 0, 0, 0] = np.nan
+    w3 = rng.normal(size=(1, cout, cin * 9)).astype(dtype)
+    bias = rng.normal(size=cout).astype(dtype)
+    kh, kw, sh, sw, ph, pw, dh, dw = window
+    oh, ow = (side + 2 * ph - kh) // sh + 1, (side + 2 * pw - kw) // sw + 1
+    cols = np.full((1, n, side, side, cin, 3, 3), np.nan, dtype)
+    prod = np.full((1, n * side * side, cout), np.nan, dtype)
+    out = np.full((n, cout, oh, ow), np.nan, dtype)
+    idx = np.full((n, cout, oh, ow), -7, np.int64)
+    return [x, cols, w3, prod, bias, has_bias, out, idx, 1, 1, 1, 1, 1, 1, *window]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fused_kernel_makes_the_three_kernels_calls(dtype):
+    """The serial kernel: im2col, the GEMM (bgemm's, BLAS or its loop below
+    4096 multiply-adds) and the NHWC pool, bit for bit, with and without a
+    bias, tiling and overlapping windows."""
+    rng = np.random.default_rng(8)
+    for (n, cin, side, cout), window in (((4, 3, 6, 5), (2, 2, 2, 2, 0, 0, 1, 1)),
+                                         ((2, 1, 3, 2), (2, 2, 1, 1, 0, 0, 1, 1)),  # loop
+                                         ((3, 2, 7, 4), (3, 3, 2, 2, 1, 1, 1, 1))):
+        for has_bias in (0, 1):
+            args = _fused_kernel_args(rng, n, cin, side, cout, dtype, has_bias, window)
+            want = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+            cpu.conv_relu_max_pool2d_nhwc(*args)
+            x, cols, w3, prod, bias, _, out, idx = want[:8]
+            cpu.im2col(x, cols, 1, 1, 1, 1, 1, 1)
+            length = prod.shape[1]
+            cpu.bgemm(cols.reshape(1, length, -1), w3, prod, 0, 1, 1.0, 0.0, 1, 1, 1, 1)
+            cpu.relu_max_pool2d_nhwc(prod.reshape(n, side, side, cout), bias, has_bias, out, idx,
+                                     *window)
+            for got, exp in zip(args[:8], want[:8]):
+                if isinstance(got, np.ndarray):
+                    _bits(got, exp)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_the_fused_kernels_threaded_twin_and_its_one_thread_twin(n, dtype):
+    """The threaded twin (a block of images per thread; fewer images than
+    threads: the three in turn) and the governor's one-thread twin give the
+    same bits; both are the serial kernel's values to the GEMM's rounding
+    (the blocks are other BLAS calls), its columns and picks exactly."""
+    from numbagrad.kernels.cpu import _threads
+    from numbagrad.kernels.cpu import conv as cpu_conv
+    assert _threads.ONE_THREAD["conv_relu_max_pool2d_nhwc"] is \
+        cpu_conv.conv_relu_max_pool2d_nhwc_st
+    rng = np.random.default_rng(9)
+    base = _fused_kernel_args(rng, n, 4, 8, 8, dtype, 1, (2, 2, 2, 2, 0, 0, 1, 1))
+    results = []
+    for fn in (cpu_conv.conv_relu_max_pool2d_nhwc_mt, cpu_conv.conv_relu_max_pool2d_nhwc_st,
+               cpu.conv_relu_max_pool2d_nhwc):
+        args = [a.copy() if isinstance(a, np.ndarray) else a for a in base]
+        fn(*args)
+        results.append(args[:8])
+    for threaded, one in zip(results[0], results[1]):
+        if isinstance(threaded, np.ndarray):
+            _bits(threaded, one)
+    _bits(results[0][1], results[2][1])        # the columns
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for k in (3, 6):                           # the product, the pooled values
+        np.testing.assert_allclose(results[0][k], results[2][k], rtol=tol, atol=tol)
+
+
+def test_the_fused_op_threaded_is_the_three_ops_to_rounding():
+    """Above the threaded size the fused op runs its threaded twin: the three
+    ops' values and gradients to the GEMMs' rounding, and eager twice gives
+    the same bits."""
+    x, w, b = (np.random.default_rng(10).normal(size=s) for s in ((32, 4, 10, 10),
+                                                                  (8, 4, 3, 3), (8,)))
+    conv_kw, pool_kw = dict(padding=1), dict(kernel_size=2)
+    assert 32 * 100 * 36 * 8 >= cpu.MT_MIN    # the product's multiply-adds
+    out, grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), (x, w, b), 11)
+    again, again_grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), (x, w, b), 11)
+    want, want_grads = _run(_unfused(conv_kw, pool_kw), (x, w, b), 11)
+    _bits(out, again)
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+    for got, same, exp in zip(grads, again_grads, want_grads):
+        _bits(got, same)
+        np.testing.assert_allclose(got, exp, rtol=1e-11, atol=1e-11)
+
+
 def test_fused_on_cuda_gives_the_cpus_bits():
     dev = cuda_dev()
     conv_kw, pool_kw = dict(padding=1), dict(kernel_size=3, pool_stride=1)
@@ -267,7 +353,7 @@ def test_fused_on_cuda_gives_the_cpus_bits():
     seen = KernelNames()
     with kernels.observe(seen):
         out, grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), (x, w, b), 7, dev)
-    assert "relu_max_pool2d_nhwc" in seen.names
+    assert "conv_relu_max_pool2d_nhwc" in seen.names
     want, want_grads = _run(lambda *p: fused(*p, **conv_kw, **pool_kw), (x, w, b), 7)
     _bits(out, want)
     for got, exp in zip(grads, want_grads):
@@ -282,7 +368,7 @@ def _cnn(nn, **kw):
 def test_sequential_runs_conv_relu_pool_as_one_op_like_torch():
     x = np.random.default_rng(1).normal(size=(3, 2, 4, 4))
     names = sequential_like_torch(_cnn, x, np.array([0, 2, 1]))
-    assert names.count("relu_max_pool2d_nhwc") == 2 and "relu_max_pool2d" not in names
+    assert names.count("conv_relu_max_pool2d_nhwc") == 2 and "relu_max_pool2d" not in names
     assert names.count("max_pool2d_backward_nhwc") == 2
 
 

@@ -197,8 +197,8 @@ def test_a_kernel_cache_stamp_follows_the_kernel_files_it_imports(tmp_path, monk
                     ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(_cache, "_PACKAGE", str(root))
     kernels_dir = root / "kernels"
-    elementwise, conv = kernels_dir / "cpu" / "elementwise.py", kernels_dir / "cpu" / "conv.py"
-    before = {f: _cache.dependency_stamp(str(f)) for f in (elementwise, conv)}
+    elementwise, norm = kernels_dir / "cpu" / "elementwise.py", kernels_dir / "cpu" / "norm.py"
+    before = {f: _cache.dependency_stamp(str(f)) for f in (elementwise, norm)}
     assert None not in before.values()
     # a copied tree keeps its stamps (paths count relative to the package)
     monkeypatch.setattr(_cache, "_PACKAGE", os.path.dirname(ng.__file__))
@@ -208,8 +208,8 @@ def test_a_kernel_cache_stamp_follows_the_kernel_files_it_imports(tmp_path, monk
     with open(kernels_dir / "codes.py", "a") as f:
         f.write("\n# an edited record\n")
     assert _cache.dependency_stamp(str(elementwise)) != before[elementwise]
-    assert _cache.dependency_stamp(str(conv)) == before[conv]      # conv never sees codes.py
+    assert _cache.dependency_stamp(str(norm)) == before[norm]      # norm never sees codes.py
     with open(kernels_dir / "__init__.py", "a") as f:              # plumbing: no kernel code
         f.write("\n# an edited registry\n")
-    assert _cache.dependency_stamp(str(conv)) == before[conv]
+    assert _cache.dependency_stamp(str(norm)) == before[norm]
     assert _cache.dependency_stamp(str(tmp_path / "elsewhere.py")) is None

@@ -118,6 +118,25 @@ def test_the_floor_calls_scipys_blas_in_place():
             np.testing.assert_allclose(out, a @ b, rtol=1e-5 if dtype == np.float32 else 1e-12)
 
 
+def test_the_floor_takes_each_gemm_on_its_faster_thread_count():
+    """``faster`` keeps the call whose best timed run is the shortest (a fake
+    clock: one candidate is slow only in its first trials, one always)."""
+    import bench_peers
+    now, runs = [0.0], {"a": 0, "b": 0}
+
+    def timed(name, costs):
+        def call():
+            runs[name] += 1
+            now[0] += costs(runs[name])
+        return call
+    a = timed("a", lambda k: 5.0 if k < 4 else 1.0)   # its best: 1.0
+    b = timed("b", lambda k: 2.0)
+    assert bench_peers.faster([a, b], trials=5, clock=lambda: now[0]) is a
+    assert runs == {"a": 6, "b": 6}                     # a warm-up call + 5 trials each
+    assert bench_peers.faster([b, a], trials=2, clock=lambda: now[0]) is a
+    assert bench_peers.faster([b], trials=1, clock=lambda: now[0]) is b
+
+
 def test_bench_repeat_flag_and_its_old_spelling():
     assert bench.parse(["--repeat", "7"]).repeats == 7
     assert bench.parse(["--repeats", "7"]).repeats == 7

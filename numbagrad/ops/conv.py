@@ -245,22 +245,30 @@ def _columns_product(x: Tensor, weight: Tensor, geometry: tuple) -> tuple:
     in a row (NHWC for one group). The bias is added by the pass that reads
     the product (the reorder into NCHW, or the fused pool): the same
     rounding, fl(product + bias), and no pass of its own."""
-    n, channels, groups, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow), is_batched, rank \
-        = geometry
-    kern, dtype = x._kern, x._data.dtype
-    cout = weight.shape[0]
-    cout_g, k_g, length = cout // groups, channels // groups * kh * kw, n * oh * ow
-    x4 = _as4d(contiguous(x), x.shape, is_batched, rank)
-    cols = buffers.take(kern, (groups, n, oh, ow, channels // groups, kh, kw), dtype)
+    _, _, groups, _, (sh, sw), (ph, pw), (dh, dw), _, _, _ = geometry
+    kern = x._kern
+    x4, cols, w3, prod = _columns_operands(x, weight, geometry)
     kernels.call(kern, "im2col", GATHER_COST * (x4.size + cols.size), x4, cols, sh, sw, ph, pw,
                  dh, dw)
-    w3 = reshaped(contiguous(weight), (groups, cout_g, k_g))
-    # the GEMM writes (G, N*OH*OW, C_out/G), every patch's outputs in a row
-    prod = buffers.take(kern, (groups, length, cout_g), dtype)
-    work = groups * length * k_g * cout_g   # multiply-adds: picks bgemm's threaded twin
-    kernels.call(kern, "bgemm", work, reshaped(cols, (groups, length, k_g)), w3, prod,
-                 0, 1, 1.0, 0.0, 1, 1, 1, groups)
+    work = groups * prod.shape[1] * w3.shape[2] * w3.shape[1]   # picks bgemm's threaded twin
+    kernels.call(kern, "bgemm", work, reshaped(cols, (groups, prod.shape[1], w3.shape[2])), w3,
+                 prod, 0, 1, 1.0, 0.0, 1, 1, 1, groups)
     return cols, w3, prod
+
+
+def _columns_operands(x: Tensor, weight: Tensor, geometry: tuple) -> tuple:
+    """(x4, cols, w3, prod) of ``_columns_product``: x as (N, C, H, W), the
+    pooled columns (G, N, OH, OW, C/G, KH, KW) and product (G, N*OH*OW,
+    C_out/G), and the weight as (G, C_out/G, K); nothing computed yet."""
+    n, channels, groups, (kh, kw), _, _, _, (oh, ow), is_batched, rank = geometry
+    kern, dtype = x._kern, x._data.dtype
+    cout = weight.shape[0]
+    x4 = _as4d(contiguous(x), x.shape, is_batched, rank)
+    cols = buffers.take(kern, (groups, n, oh, ow, channels // groups, kh, kw), dtype)
+    w3 = reshaped(contiguous(weight), (groups, cout // groups, channels // groups * kh * kw))
+    # the GEMM writes (G, N*OH*OW, C_out/G), every patch's outputs in a row
+    prod = buffers.take(kern, (groups, n * oh * ow, cout // groups), dtype)
+    return x4, cols, w3, prod
 
 
 def _conv_backward(ctx: _Backward, node: Node, gout: Any) -> None:

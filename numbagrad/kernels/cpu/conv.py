@@ -13,23 +13,28 @@ kernels at the end of this module.
 ``im2col``, ``col2im``, the max pools and their gradient have threaded
 twins (``foo_mt``) that give each thread a block of images (or planes):
 every element is computed as the serial kernel computes it, in the same
-order, so the twins give the same bits whatever the thread count.
+order, so the twins give the same bits whatever the thread count. The one
+exception is ``conv_relu_max_pool2d_nhwc`` (im2col, the GEMM and the NHWC
+pool in one call), whose twin's GEMM is one BLAS call per block: like a
+split GEMM's, its bits follow the thread count, and its one-thread twin
+(``_st``, for the thread governor) runs the same blocks.
 """
 from __future__ import annotations
 
 # the kernels this module registers
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
            "avg_pool2d_backward", "col2im", "col2im_cl", "conv2d_direct", "conv2d_direct_input",
-           "conv2d_direct_weight", "im2col", "max_pool2d", "max_pool2d_backward",
-           "max_pool2d_backward_nhwc", "max_unpool2d", "max_unpool2d_backward",
-           "relu_max_pool2d", "relu_max_pool2d_nhwc"]
+           "conv2d_direct_weight", "conv_relu_max_pool2d_nhwc", "im2col", "max_pool2d",
+           "max_pool2d_backward", "max_pool2d_backward_nhwc", "max_unpool2d",
+           "max_unpool2d_backward", "relu_max_pool2d", "relu_max_pool2d_nhwc"]
 
 import math
 
 import numpy as np
 from numba import njit, prange, uint64
 
-from ._threads import _cast_like, num_threads
+from ._threads import ONE_THREAD, _cast_like, num_threads
+from .matmul import _gemm_split, _set_blas_threads, gemm
 
 
 @njit(error_model="numpy", inline="always")
@@ -591,6 +596,84 @@ def _pick_channels(xf, bias, base, k, best, at):
         take = _takes(v, b)
         best[c] = v if take else b
         at[c] = k if take else at[c]
+
+
+# ------------------------------- a convolution, its ReLU and its max pool in one call
+# ``conv_relu_max_pool2d_nhwc``: im2col, the GEMM and the NHWC pool above,
+# for a convolution of one group (ops/conv_pool.py). The threaded twin gives
+# each thread a block of images and runs the three on it one after the
+# other: its columns, its rows of the product (one BLAS call) and its
+# windows, so each block stays in its core's cache, one parallel region
+# instead of three, and the product is split even where it is too small
+# for ``bgemm_mt`` to split (a CNN's first layer, 4096x9 @ 9x16).
+@njit(cache=True, error_model="numpy")
+def conv_relu_max_pool2d_nhwc(x, cols, w3, prod, bias, has_bias, out, idx, sh, sw, ph, pw, dh,
+                              dw, kh, kw, psh, psw, pph, ppw, pdh, pdw):
+    """``im2col(x, cols, sh, sw, ph, pw, dh, dw)``, then prod[0] = cols (as
+    (N*OH*OW, K)) @ w3[0]^T, then ``relu_max_pool2d_nhwc`` of prod's rows (an
+    (N, OH, OW, C_out) image) plus ``bias`` into out and idx, with the pool's
+    window (kh, kw, psh, psw, pph, ppw, pdh, pdw): the three kernels' calls,
+    so their bits. One group: cols (1, N, OH, OW, C, KH, KW), w3 (1, C_out,
+    K), prod (1, N*OH*OW, C_out)."""
+    im2col(x, cols, sh, sw, ph, pw, dh, dw)
+    c2, p2, p4 = _conv_pool_views(cols, prod)
+    gemm(c2, w3[0], p2, 0, 1, 1.0, 0.0)
+    relu_max_pool2d_nhwc(p4, bias, has_bias, out, idx, kh, kw, psh, psw, pph, ppw, pdh, pdw)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def conv_relu_max_pool2d_nhwc_mt(x, cols, w3, prod, bias, has_bias, out, idx, sh, sw, ph, pw,
+                                 dh, dw, kh, kw, psh, psw, pph, ppw, pdh, pdw):
+    """``conv_relu_max_pool2d_nhwc`` with a block of images per thread (fewer
+    images than threads: the three in turn, the product split as
+    ``gemm_mt`` splits it). The product's blocks are other BLAS calls than
+    one whole call, so its last bits can differ from the serial kernel's (as
+    a split GEMM's do); ``_st`` runs the same blocks on one thread."""
+    _conv_pool_blocks(x, cols, w3, prod, bias, has_bias, out, idx, sh, sw, ph, pw, dh, dw, kh,
+                      kw, psh, psw, pph, ppw, pdh, pdw)
+
+
+@njit(cache=True, error_model="numpy")
+def conv_relu_max_pool2d_nhwc_st(x, cols, w3, prod, bias, has_bias, out, idx, sh, sw, ph, pw,
+                                 dh, dw, kh, kw, psh, psw, pph, ppw, pdh, pdw):
+    """``conv_relu_max_pool2d_nhwc_mt``'s blocks on the calling thread: its bits."""
+    _conv_pool_blocks(x, cols, w3, prod, bias, has_bias, out, idx, sh, sw, ph, pw, dh, dw, kh,
+                      kw, psh, psw, pph, ppw, pdh, pdw)
+
+
+@njit(error_model="numpy", inline="always")
+def _conv_pool_views(cols, prod):
+    """cols as the GEMM's (N*OH*OW, K) rows; prod[0] as (N*OH*OW, C_out) and
+    as the NHWC image (N, OH, OW, C_out)."""
+    N, OH, OW = cols.shape[1], cols.shape[2], cols.shape[3]
+    L, K, C = N * OH * OW, cols.shape[4] * cols.shape[5] * cols.shape[6], prod.shape[2]
+    return cols.reshape((L, K)), prod.reshape((L, C)), prod.reshape((N, OH, OW, C))
+
+
+@njit(error_model="numpy", inline="always")
+def _conv_pool_blocks(x, cols, w3, prod, bias, has_bias, out, idx, sh, sw, ph, pw, dh, dw, kh,
+                      kw, psh, psw, pph, ppw, pdh, pdw):
+    N = x.shape[0]
+    P = cols.shape[2] * cols.shape[3]
+    c2, p2, p4 = _conv_pool_views(cols, prod)
+    row = _bias_row(bias, has_bias, p4)
+    threads = num_threads()
+    parts = min(N, threads)
+    if parts < max(threads, 2):
+        _im2col_images(x, cols, sh, sw, ph, pw, dh, dw, 0, N)
+        _gemm_split(c2, w3[0], p2, 0, 1, 1.0, 0.0)
+        _pool_nhwc_images(p4, row, out, idx, kh, kw, psh, psw, pph, ppw, pdh, pdw, 0, N)
+        return
+    previous = _set_blas_threads(1)   # the blocks' GEMMs then leave the count alone
+    for t in prange(parts):
+        n0, n1 = t * N // parts, (t + 1) * N // parts
+        _im2col_images(x, cols, sh, sw, ph, pw, dh, dw, n0, n1)
+        gemm(c2[n0 * P:n1 * P], w3[0], p2[n0 * P:n1 * P], 0, 1, 1.0, 0.0)
+        _pool_nhwc_images(p4, row, out, idx, kh, kw, psh, psw, pph, ppw, pdh, pdw, n0, n1)
+    _set_blas_threads(previous)
+
+
+ONE_THREAD.update(conv_relu_max_pool2d_nhwc=conv_relu_max_pool2d_nhwc_st)
 
 
 @njit(cache=True, error_model="numpy")

@@ -8,9 +8,9 @@ from __future__ import annotations
 # the kernels this module registers
 __all__ = ["adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "avg_pool2d",
            "avg_pool2d_backward", "col2im", "col2im_cl", "conv2d_direct", "conv2d_direct_input",
-           "conv2d_direct_weight", "im2col", "max_pool2d", "max_pool2d_backward",
-           "max_pool2d_backward_nhwc", "max_unpool2d", "max_unpool2d_backward",
-           "relu_max_pool2d", "relu_max_pool2d_nhwc"]
+           "conv2d_direct_weight", "conv_relu_max_pool2d_nhwc", "im2col", "max_pool2d",
+           "max_pool2d_backward", "max_pool2d_backward_nhwc", "max_unpool2d",
+           "max_unpool2d_backward", "relu_max_pool2d", "relu_max_pool2d_nhwc"]
 
 import math
 
@@ -18,6 +18,7 @@ from numba import cuda, int64, types
 
 from ..cpu.conv import adaptive_window, pool_divisor
 from ._core import THREADS, Config, array_type, grid, kernel, launch
+from .matmul import bgemm
 
 _divisor = cuda.jit(device=True)(pool_divisor)
 _adaptive = cuda.jit(device=True)(adaptive_window)
@@ -531,6 +532,19 @@ def relu_max_pool2d_nhwc(x, bias, has_bias, out, idx, kh, kw, sh, sw, ph, pw, dh
     """See ``kernels.cpu.relu_max_pool2d_nhwc``."""
     _run("relu_max_pool2d_nhwc", out.size, out, x, bias, int(has_bias), out, idx, int(kh),
          int(kw), int(sh), int(sw), int(ph), int(pw), int(dh), int(dw))
+
+
+def conv_relu_max_pool2d_nhwc(x, cols, w3, prod, bias, has_bias, out, idx, sh, sw, ph, pw, dh,
+                              dw, kh, kw, psh, psw, pph, ppw, pdh, pdw) -> None:
+    """See ``kernels.cpu.conv_relu_max_pool2d_nhwc``: its three kernels, one
+    launch each (a launch already spans every image)."""
+    _, n, oh, ow = cols.shape[:4]
+    length = n * oh * ow
+    im2col(x, cols, sh, sw, ph, pw, dh, dw)
+    bgemm(cols.reshape((1, length, cols.size // max(length, 1))), w3, prod, 0, 1, 1.0, 0.0, 1,
+          1, 1, 1)
+    relu_max_pool2d_nhwc(prod.reshape((n, oh, ow, prod.shape[2])), bias, has_bias, out, idx, kh,
+                         kw, psh, psw, pph, ppw, pdh, pdw)
 
 
 def max_pool2d_backward_nhwc(g, idx, dest, kh, kw, sh, sw, ph, pw, dh, dw, beta) -> None:
