@@ -31,10 +31,9 @@ DESCRIPTION = {
                        "compiled before timing"),
     "jax": "jax.jit(value_and_grad + optax.MultiSteps update), donated buffers",
     "floor": "only the GEMMs a micro-step cannot avoid (forward, weight and hidden "
-             "gradients), SciPy's BLAS (numbagrad's): a GEMM under 2^22 multiply-adds "
-             "on one BLAS thread, as numbagrad, a larger one on OpenBLAS's own threads "
-             "(numbagrad splits those over its own), timed alone: a lower bound, not a "
-             "competitor",
+             "gradients), SciPy's BLAS (numbagrad's): each GEMM on one BLAS thread or on "
+             "OpenBLAS's own threads, whichever ran it faster at setup, timed alone: a "
+             "lower bound, not a competitor",
     "tinygrad": ("tinygrad on its CPU backend (DEV=CPU), its own SGD/Adam, the "
                  "accumulating micro-step and the update each a TinyJit; linear and MLP "
                  "cases"),
