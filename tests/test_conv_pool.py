@@ -260,20 +260,23 @@ def test_conv_and_pool_twins_give_the_serial_bits(name, args):
         _bits(x, y)
 
 
-def _fused_kernel_args(rng, n, cin, side, cout, dtype, has_bias, window):
-    """Arguments of ``conv_relu_max_pool2d_nhwc`` for a 3x3 convolution (padding
-    1, stride 1) of n images cin x side x side, then a max pool of ``window``."""
+def _fused_kernel_args(rng, n, cin, side, cout, dtype, has_bias, window, conv=(1, 1, 1)):
+    """Arguments of ``conv_relu_max_pool2d_nhwc`` for a 3x3 convolution of n
+    images cin x side x side (``conv``: its stride, padding and dilation, the
+    same both ways), then a max pool of ``window``."""
     x = rng.normal(size=(n, cin, side, side)).astype(dtype)
     x[0, 0, 0, 0] = np.nan
     w3 = rng.normal(size=(1, cout, cin * 9)).astype(dtype)
     bias = rng.normal(size=cout).astype(dtype)
+    s, p, d = conv
+    o = (side + 2 * p - d * 2 - 1) // s + 1
     kh, kw, sh, sw, ph, pw, dh, dw = window
-    oh, ow = (side + 2 * ph - kh) // sh + 1, (side + 2 * pw - kw) // sw + 1
-    cols = np.full((1, n, side, side, cin, 3, 3), np.nan, dtype)
-    prod = np.full((1, n * side * side, cout), np.nan, dtype)
+    oh, ow = (o + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (o + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    cols = np.full((1, n, o, o, cin, 3, 3), np.nan, dtype)
+    prod = np.full((1, n * o * o, cout), np.nan, dtype)
     out = np.full((n, cout, oh, ow), np.nan, dtype)
     idx = np.full((n, cout, oh, ow), -7, np.int64)
-    return [x, cols, w3, prod, bias, has_bias, out, idx, 1, 1, 1, 1, 1, 1, *window]
+    return [x, cols, w3, prod, bias, has_bias, out, idx, s, s, p, p, d, d, *window]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -282,18 +285,20 @@ def test_the_fused_kernel_makes_the_three_kernels_calls(dtype):
     4096 multiply-adds) and the NHWC pool, bit for bit, with and without a
     bias, tiling and overlapping windows."""
     rng = np.random.default_rng(8)
-    for (n, cin, side, cout), window in (((4, 3, 6, 5), (2, 2, 2, 2, 0, 0, 1, 1)),
-                                         ((2, 1, 3, 2), (2, 2, 1, 1, 0, 0, 1, 1)),  # loop
-                                         ((3, 2, 7, 4), (3, 3, 2, 2, 1, 1, 1, 1))):
+    for (n, cin, side, cout), window, conv in (
+            ((4, 3, 6, 5), (2, 2, 2, 2, 0, 0, 1, 1), (1, 1, 1)),
+            ((2, 1, 3, 2), (2, 2, 1, 1, 0, 0, 1, 1), (1, 1, 1)),     # the GEMM's loop
+            ((3, 2, 7, 4), (3, 3, 2, 2, 1, 1, 1, 1), (1, 1, 1)),     # overlapping windows
+            ((2, 3, 9, 4), (2, 2, 1, 1, 0, 0, 2, 2), (2, 2, 2))):    # strided, dilated
         for has_bias in (0, 1):
-            args = _fused_kernel_args(rng, n, cin, side, cout, dtype, has_bias, window)
+            args = _fused_kernel_args(rng, n, cin, side, cout, dtype, has_bias, window, conv)
             want = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
             cpu.conv_relu_max_pool2d_nhwc(*args)
             x, cols, w3, prod, bias, _, out, idx = want[:8]
-            cpu.im2col(x, cols, 1, 1, 1, 1, 1, 1)
-            length = prod.shape[1]
+            cpu.im2col(x, cols, *args[8:14])
+            length, o = prod.shape[1], cols.shape[2]
             cpu.bgemm(cols.reshape(1, length, -1), w3, prod, 0, 1, 1.0, 0.0, 1, 1, 1, 1)
-            cpu.relu_max_pool2d_nhwc(prod.reshape(n, side, side, cout), bias, has_bias, out, idx,
+            cpu.relu_max_pool2d_nhwc(prod.reshape(n, o, o, cout), bias, has_bias, out, idx,
                                      *window)
             for got, exp in zip(args[:8], want[:8]):
                 if isinstance(got, np.ndarray):
@@ -312,20 +317,22 @@ def test_the_fused_kernels_threaded_twin_and_its_one_thread_twin(n, dtype):
     assert _threads.ONE_THREAD["conv_relu_max_pool2d_nhwc"] is \
         cpu_conv.conv_relu_max_pool2d_nhwc_st
     rng = np.random.default_rng(9)
-    base = _fused_kernel_args(rng, n, 4, 8, 8, dtype, 1, (2, 2, 2, 2, 0, 0, 1, 1))
-    results = []
-    for fn in (cpu_conv.conv_relu_max_pool2d_nhwc_mt, cpu_conv.conv_relu_max_pool2d_nhwc_st,
-               cpu.conv_relu_max_pool2d_nhwc):
-        args = [a.copy() if isinstance(a, np.ndarray) else a for a in base]
-        fn(*args)
-        results.append(args[:8])
-    for threaded, one in zip(results[0], results[1]):
-        if isinstance(threaded, np.ndarray):
-            _bits(threaded, one)
-    _bits(results[0][1], results[2][1])        # the columns
-    tol = 1e-5 if dtype == np.float32 else 1e-12
-    for k in (3, 6):                           # the product, the pooled values
-        np.testing.assert_allclose(results[0][k], results[2][k], rtol=tol, atol=tol)
+    for window, conv in (((2, 2, 2, 2, 0, 0, 1, 1), (1, 1, 1)),
+                         ((3, 3, 1, 1, 1, 1, 1, 1), (2, 2, 2))):   # overlapping; strided
+        base = _fused_kernel_args(rng, n, 4, 8, 8, dtype, 1, window, conv)
+        results = []
+        for fn in (cpu_conv.conv_relu_max_pool2d_nhwc_mt, cpu_conv.conv_relu_max_pool2d_nhwc_st,
+                   cpu.conv_relu_max_pool2d_nhwc):
+            args = [a.copy() if isinstance(a, np.ndarray) else a for a in base]
+            fn(*args)
+            results.append(args[:8])
+        for threaded, one in zip(results[0], results[1]):
+            if isinstance(threaded, np.ndarray):
+                _bits(threaded, one)
+        _bits(results[0][1], results[2][1])        # the columns
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        for k in (3, 6):                           # the product, the pooled values
+            np.testing.assert_allclose(results[0][k], results[2][k], rtol=tol, atol=tol)
 
 
 def test_the_fused_op_threaded_is_the_three_ops_to_rounding():
