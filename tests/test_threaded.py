@@ -110,9 +110,12 @@ def test_reduction_and_softmax_twins_give_the_serial_bits(dt):
 @pytest.mark.parametrize("dt", DTYPES)
 def test_norm_twins_give_the_serial_bits(dt):
     """Layer norm (S == 1: eight partial sums a row) and group norm: the threaded
-    twins split the rows into blocks (several here, the last one short)."""
+    twins split the rows into blocks (several here, the last one short), and a
+    layer norm's weight and bias gradients into blocks of columns (100: the
+    last one short)."""
     rng = np.random.default_rng(2)
-    for shape in ((3 * SPAN // 64 + 5, 1, 64, 1), (2 * SPAN // 12 + 3, 2, 3, 2)):
+    for shape in ((3 * SPAN // 64 + 5, 1, 64, 1), (SPAN // 100 + 7, 1, 100, 1),
+                  (2 * SPAN // 12 + 3, 2, 3, 2)):
         n, g, k, _ = shape
         x, gout = rnorm(rng, shape, dt), rnorm(rng, shape, dt)
         w, b = rnorm(rng, (g, k), dt), rnorm(rng, (g, k), dt)
