@@ -155,10 +155,11 @@ def test_cuda_launch_bounds():
 
 def test_float32_gelu_fast_path_accuracy_on_the_cpu():
     """The CPU computes float32's exact GELU with vectorisable erfc and exp
-    (kernels/cpu/vmath.py): within 3e-7 relative of the float64 formula
-    everywhere (the left tail too, where 1 + erf would cancel), the gradient
-    within 2e-7 absolute, the same bits from the threaded twin and from a
-    strided input, and PyTorch's values at +-inf and nan."""
+    in float32 lanes (kernels/cpu/vmath.py): within 5e-7 relative of the
+    float64 formula everywhere (the left tail too, where 1 + erf would
+    cancel), the gradient within 2.5e-7 absolute, the same bits from the
+    threaded twin and from a strided input, and PyTorch's values at +-inf
+    and nan."""
     from numbagrad.kernels import cpu as kcpu
     from numbagrad.kernels import codes
     x64 = np.concatenate([np.linspace(-18.0, 18.0, 200_001), [16.0, -16.0, 1e-30, -1e-30, 0.0]])
@@ -174,9 +175,9 @@ def test_float32_gelu_fast_path_accuracy_on_the_cpu():
     want_grad = phi + exact * np.exp(-0.5 * exact * exact) / math.sqrt(2 * math.pi)
     got = out.numpy().astype(np.float64)
     big = np.abs(want) > 1e-37                  # float32's normal range
-    np.testing.assert_allclose(got[big], want[big], rtol=3e-7, atol=0)
+    np.testing.assert_allclose(got[big], want[big], rtol=5e-7, atol=0)
     assert np.all(np.abs(got[~big]) <= 1e-37)
-    np.testing.assert_allclose(grad.astype(np.float64), want_grad, rtol=0, atol=2e-7)
+    np.testing.assert_allclose(grad.astype(np.float64), want_grad, rtol=0, atol=2.5e-7)
     # the threaded twin and the strided kernel run the same expression
     rows = x[:200_000].reshape(400, 500)
     f32 = np.float32

@@ -92,7 +92,8 @@ def _unknown_calls(kern, device, x, out):
                     "binary_backward": (nb, x, x, x, out, 0.0, True, out, 0.0, True)}[name]
             calls[name + "_mt"] = lambda twin=twin, args=args: twin(*args)
         calls["vmath exact"] = lambda: vmath.EXACT["unary"](nu, 1.0, 0.0)
-        calls["vmath fast"] = lambda: vmath._FAST["unary_grad"](nu, 1.0, 1.0, 0.0)
+        one = np.float32(1.0)                   # the fast forms are float32's
+        calls["vmath fast"] = lambda: vmath._FAST["unary_grad"](nu, one, one, np.float32(0.0))
     return calls, (out, o3)
 
 
