@@ -16,9 +16,10 @@ and a cheaper division): over that block 0.82 -> 0.40 ms forward and 0.57 ->
 Their error: within 5e-7 relative of the float64 formula (the left tail
 too; 6.3 float32 ulps at worst, where float64 lanes gave 2.2), the gradient
 within 2.5e-7 absolute. PyTorch's own float32 GELU (``1 + erf``) is 2e-4 off
-on (-3, 0), 17% at -5 and 0 below -5.7, its gradient up to 2.8e-7 off. Numerical Recipes'
-``erfcc`` (1.2e-7 relative) gives erfc; the exponent -x*x/2 is carried as an
-exact pair, since rounding it would cost 8e-6 relative at x = -16.
+on (-3, 0), 17% at -5 and 0 below -5.7, its gradient up to 2.8e-7 off.
+Numerical Recipes' ``erfcc`` (1.2e-7 relative) gives erfc; the exponent
+-x*x/2 is carried as an exact pair, since rounding it would cost 8e-6
+relative at x = -16.
 ``exp_neg`` and the activations built on it (sigmoid, tanh, softmax's
 exponentials) run in float64 lanes.
 
