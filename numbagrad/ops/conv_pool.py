@@ -64,7 +64,7 @@ def _conv2d_relu_max_pool2d(x: Any, weight: Any, bias: Any = None, stride: Any =
     size = max(prod.shape[1] * w3.shape[2] * cout,
                GATHER_COST * (x4.size + cols.size + prod.size + 2 * out.size))
     kernels.call(kern, "conv_relu_max_pool2d_nhwc", size, x4, cols, w3, prod,
-                 reshaped(prod, (n, oh, ow, cout))[0, 0, 0] if bias is None else contiguous(bias),
+                 prod[0, 0] if bias is None else contiguous(bias),
                  int(bias is not None), reshaped(out, idx.shape), idx, *stride2, *padding2,
                  *dilation2, *window)
     inputs = (x, weight) if bias is None else (x, weight, bias)

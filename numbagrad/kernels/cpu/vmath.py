@@ -86,6 +86,17 @@ _ROUND = 6755399441055744.0          # 1.5 * 2**52: adding it rounds to an integ
 _ROUND_BITS = 0x4338000000000000     # ... which then sits in its low bits
 
 
+_EXP_TAYLOR = (1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0)
+
+
+@njit(error_model="numpy", inline="always")
+def _exp_taylor(r, c):
+    """e**r for |r| <= ln(2) / 2: the degree-7 Taylor polynomial whose
+    coefficients ``c`` are ``_EXP_TAYLOR`` in r's float type, by Horner on _fma."""
+    return _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, c[0], c[1]), c[2]), c[3]),
+                                        c[4]), c[5]), c[6]), c[7])
+
+
 @njit(error_model="numpy", inline="always")
 def exp_neg(x):
     """e**x for x in [-700, 1]: 2**n * e**r with |r| <= ln(2) / 2 and a
@@ -93,9 +104,7 @@ def exp_neg(x):
     k = x * _LOG2E + _ROUND
     n = k - _ROUND
     r = _fma(-n, _LN2_LO, _fma(-n, _LN2_HI, x))
-    p = _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, 1 / 5040, 1 / 720), 1 / 120),
-                                                1 / 24), 1 / 6), 0.5), 1.0), 1.0)
-    return p * _from_bits((_bits(k) - _ROUND_BITS + 1023) << 52)
+    return _exp_taylor(r, _EXP_TAYLOR) * _from_bits((_bits(k) - _ROUND_BITS + 1023) << 52)
 
 
 # float32 lanes: twice float64's per vector, and a cheaper division.
@@ -128,7 +137,7 @@ _LN2_HI_F = _F(0.693145751953125)       # ln 2's first 16 bits: n * _LN2_HI_F is
 _LN2_LO_F = _F(1.4286068203094172e-06)
 _ROUND_F = _F(12582912.0)               # 1.5 * 2**23, float32's _ROUND
 _ROUND_BITS_F = 0x4B400000
-_EXP_F = tuple(_F(c) for c in (1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0))
+_EXP_TAYLOR_F = tuple(_F(c) for c in _EXP_TAYLOR)
 _ERFC_F = tuple(_F(c) for c in (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
                                 -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223))
 _ZERO_F, _HALF_F, _ONE_F = _F(0.0), _F(0.5), _F(1.0)
@@ -144,13 +153,10 @@ def _exp_parts(a, b):
     [0.7, 1.5]: ``a`` large and exact (-x*x/2), ``b`` small, so a - n ln 2
     loses nothing before b joins it (a sum a + b rounded first would cost
     up to 2**-24 * |a| of relative accuracy, 8e-6 at x = -16). n <= 2."""
-    c = _EXP_F
     k = _fma(a + b, _LOG2E_F, _ROUND_F)
     n = k - _ROUND_F
     r = _fma(-n, _LN2_LO_F, _fma(-n, _LN2_HI_F, a) + b)
-    m = _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, _fma(r, c[0], c[1]), c[2]), c[3]),
-                                         c[4]), c[5]), c[6]), c[7])
-    return m, _bits32(k) - _ROUND_BITS_F
+    return _exp_taylor(r, _EXP_TAYLOR_F), _bits32(k) - _ROUND_BITS_F
 
 
 @njit(error_model="numpy", inline="always")
