@@ -65,6 +65,7 @@ from . import kernels
 from .optim import Optimizer
 from .optim._checks import collect_params
 from .optim.groups import COUNT_LIMIT, TAIL
+from .tensor import note_writes
 
 ABORT_DELAY = 0.5   # seconds between printing an uncaught exception and MPI_Abort
 BYE_TAG = 28263     # COMM_WORLD point-to-point tag of a leaving rank's message
@@ -374,6 +375,7 @@ def broadcast_parameters(params: Any, root: int = 0) -> None:
             host = p.numpy()
             _wait(comm.Ibcast(host, root=root), comm, what)
             kernels.call(p._kern, "upload", 0, host, p.data)
+    note_writes(plist)
 
 
 class DistributedOptimizer:

@@ -205,12 +205,17 @@ def _add_into(kern: Any, grad: Any, beta: float, dest: Any) -> None:
 
 def _reverse_order(root: Node) -> list[Node]:
     """Nodes reachable from ``root``, each after every node that uses it; a
-    RuntimeError if backward already ran through one of them."""
+    RuntimeError if backward already ran through one of them, or if one's
+    input was written after it was recorded (``_check_unmodified``)."""
     chain = [root]   # fast path: a plain chain, each node fed by at most one node
     node = root
+    now = _writes[0]
+    stale = False    # a node recorded before the last in-place write
     while node is not None:
         if node.done:
             _already_run()
+        if node.stamp < now:
+            stale = True
         parent = None
         for t in node.inputs:
             below = t._node
@@ -221,6 +226,8 @@ def _reverse_order(root: Node) -> list[Node]:
         if parent is not None:
             chain.append(parent)
         node = parent
+    if stale:
+        _check_unmodified(chain)
     return chain
 
 
@@ -228,6 +235,8 @@ def _checked(order: list[Node]) -> list[Node]:
     for node in order:
         if node.done:
             _already_run()
+    if _writes[0]:
+        _check_unmodified(order)
     return order
 
 
@@ -288,21 +297,30 @@ def _overlap(a: Any, b: Any) -> bool:
 def _check_unmodified(order: list[Node]) -> None:
     """Refuse a pass through a node whose input was written in place after
     it was recorded (PyTorch's version-counter error): its backward would
-    read the new values and give a wrong gradient."""
+    read the new values and give a wrong gradient. An input shares the
+    writes of what it is a view or a detach() of (its ``_base`` chain), as a
+    PyTorch view shares its base's version counter; an optimizer update
+    and ``load_state_dict`` write the params they change."""
     now = _writes[0]
     for node in order:
         stamp = node.stamp
         if stamp < now:
             for t in node.inputs:
-                if getattr(t, "_stamp", 0) > stamp:
+                written = t
+                while written is not None and getattr(written, "_stamp", 0) <= stamp:
+                    written = getattr(written, "_base", None)
+                if written is not None:
                     op = getattr(node.backward, "__name__", "_op_backward")
                     op = op.strip("_").removesuffix("_backward")
+                    shared = "" if written is t else (
+                        f" (through a tensor of shape {written.shape} that it is a view or a "
+                        f"detach() of)")
                     raise RuntimeError(
                         f"backward: a {t.dtype} tensor of shape {t.shape} that a recorded "
                         f"op ({op}) read "
-                        f"was modified in place after it was recorded, so its gradient "
-                        f"would use the new values; record the forward again after the "
-                        f"in-place write, or write into a clone()")
+                        f"was modified in place after it was recorded{shared}, so its "
+                        f"gradient would use the new values; record the forward again after "
+                        f"the in-place write, or write into a clone()")
 
 
 def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
@@ -319,8 +337,6 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     if loss._data.size != 1:
         raise ValueError(f"backward needs a one-element loss, got shape {loss.shape}")
     order = _reverse_order(root)
-    if _writes[0]:
-        _check_unmodified(order)
     ctx = _Backward.make(collect, _aliased_params(order) if _seen.wrapped else None)
     pending = ctx.pending
     for node in order:

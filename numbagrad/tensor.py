@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
@@ -71,9 +72,9 @@ class Tensor:
     on "cpu", a Numba device array on "cuda"); ``.numpy()`` is a host copy.
     """
 
-    # _stamp (the last in-place write, see _writes) and _base (what a detach()
-    # shares data with) are set only on the tensors that have them: read
-    # them with getattr
+    # _stamp (the last in-place write, see _writes) and _base (the tensor a
+    # view or a detach() shares data with) are set only on the tensors that
+    # have them: read them with getattr
     __slots__ = ("_data", "_kern", "requires_grad", "id", "_node",
                  "_acc", "_live", "_owner", "_pool", "_stamp", "_base", "__weakref__")
     # NumPy defers to a Tensor's reflected operators and __array_ufunc__.
@@ -340,8 +341,7 @@ class Tensor:
         as PyTorch's ``detach()``. Writing it in place writes this tensor's
         data; that is refused while a recorded graph still needs it."""
         t = Tensor(self._data, self._kern)
-        if self.requires_grad:
-            t._base = self
+        t._base = self
         return t
 
     def clone(self) -> Tensor:
@@ -602,12 +602,27 @@ def _size_of(shape: tuple) -> _Size:
 
 
 def _note_write(t: Tensor) -> None:
-    """Stamp an in-place write on ``t`` and on what it was detached from."""
-    _writes[0] += 1
-    stamp = _writes[0]
+    """Stamp an in-place write on ``t`` and on what it is a view or a detach()
+    of (``tape._check_unmodified`` reads the stamps)."""
+    stamp = new_stamp()
     while t is not None:
         t._stamp = stamp
         t = getattr(t, "_base", None)
+
+
+def new_stamp() -> int:
+    """The stamp of an in-place write about to be noted (``_writes``)."""
+    _writes[0] += 1
+    return _writes[0]
+
+
+def note_writes(tensors: Iterable[Tensor]) -> None:
+    """Stamp one in-place write on each of ``tensors``, tensors that are no
+    view of another (params and buffers that a ``load_state_dict`` or an
+    initialiser wrote): their views see it through their ``_base``."""
+    stamp = new_stamp()
+    for t in tensors:
+        t._stamp = stamp
 
 
 def _assign(t: Tensor, value: Any, what: str) -> None:
@@ -718,6 +733,7 @@ def as_tensor(array: Any) -> Tensor:
     """
     if isinstance(array, np.ndarray):
         kern = kernels.get("cpu")
+        array = _plain(array, "as_tensor")
     elif type(array).__module__.startswith("numba.cuda"):
         kern = kernels.get("cuda")
     elif not isinstance(array, Tensor) and hasattr(array, "__cuda_array_interface__"):
@@ -741,6 +757,18 @@ def as_tensor(array: Any) -> Tensor:
                          "shares its memory; use ng.tensor to copy it (ops take read-only "
                          "arrays as they are, copying them)")
     return _wrap(array, kern)
+
+
+def _plain(array: np.ndarray, what: str) -> np.ndarray:
+    """A NumPy subclass's data as a plain ndarray sharing its memory (an
+    ``np.matrix`` would keep every reshape 2-D); a masked array is refused,
+    since its mask would be dropped."""
+    if type(array) is np.ndarray:
+        return array
+    if isinstance(array, np.ma.MaskedArray):
+        raise TypeError(f"{what}: a masked array (shape {array.shape}, {array.dtype}) would "
+                        f"lose its mask; pass array.filled(value) or array.data")
+    return np.asarray(array)
 
 
 def _wrap(array: Any, kern: ModuleType) -> Tensor:
@@ -778,6 +806,8 @@ def coerce(value: Any, kern: ModuleType, what: str) -> Tensor:
     """
     if isinstance(value, Tensor):
         return value
+    if type(value) is not np.ndarray and isinstance(value, np.ndarray):
+        value = _plain(value, what)
     if kern.is_device_array(value) and value.dtype in _dtypes.ALL \
             and kern.is_c_contiguous(value) and (kern.name != "cpu" or value.flags.writeable):
         return _wrap(value, kern)

@@ -92,3 +92,59 @@ def test_the_op_output_builder_makes_what_the_constructor_makes():
     assert (node.backward, node.inputs, node.saved, node.done) == (print, (data,), (data, 0), False)
     from numbagrad.tensor import _writes
     assert node.stamp == _writes[0]
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int16, np.uint8])
+def test_linear_of_integer_tensors_takes_the_checked_path(dtype):
+    """Integer operands of linear become the default float, as matmul's do,
+    at sizes where the fast path would hand them to the float BLAS (which
+    read them as floats: zeros, garbage or a heap overrun)."""
+    rng = np.random.default_rng(0)
+    for n in (4, 64):
+        a, w = rng.integers(0, 5, (n, n)), rng.integers(0, 5, (n, n))
+        x, weight = ng.tensor(a.astype(dtype)), ng.tensor(w.astype(dtype))
+        out = ng.linear(x, weight)
+        assert out.dtype == ng.matmul(x, weight.T).dtype
+        assert np.array_equal(out.numpy(), (a @ w.T).astype(np.float64))
+        bias = ng.tensor(np.arange(n).astype(dtype))
+        assert np.array_equal(ng.linear(x, weight, bias).numpy(), a @ w.T + np.arange(n))
+
+
+def test_linear_of_boolean_tensors_is_refused():
+    mask = ng.tensor(np.ones((64, 64), bool))
+    with pytest.raises(TypeError, match="linear: a boolean tensor"):
+        ng.linear(mask, mask)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_with_a_weight_of_no_rows(with_bias):
+    """An empty output, as PyTorch's; the input's gradient is zeros."""
+    import torch
+    x0 = np.random.default_rng(1).standard_normal((2, 3))
+    x, W = ng.param(x0), ng.param(np.ones((0, 3)))
+    b = ng.param(np.ones(0)) if with_bias else None
+    with ng.grad_tape():
+        out = ng.linear(x, W, b)
+        loss = ng.sum(out)
+    loss.backward()
+    tx = torch.tensor(x0, requires_grad=True)
+    tout = torch.nn.functional.linear(tx, torch.ones((0, 3), dtype=torch.float64),
+                                      torch.ones(0, dtype=torch.float64) if with_bias else None)
+    tout.sum().backward()
+    assert out.shape == tuple(tout.shape) == (2, 0)
+    assert np.array_equal(x.grad, tx.grad.numpy()) and W.grad.shape == (0, 3)
+
+
+def test_numpy_subclasses_are_wrapped_as_plain_arrays():
+    """An np.matrix would keep every reshape 2-D; a masked array would lose its mask."""
+    m = np.matrix(np.arange(6.0).reshape(2, 3))
+    t = ng.as_tensor(m)
+    assert type(t.data) is np.ndarray and np.shares_memory(t.data, m)
+    assert ng.reshape(t, (6,)).shape == (6,)
+    np.testing.assert_array_equal(ng.matmul(ng.tensor(np.ones((1, 2))), m).numpy(),
+                                  [[3.0, 5.0, 7.0]])
+    masked = np.ma.array(np.ones(3), mask=[0, 1, 0])
+    with pytest.raises(TypeError, match="as_tensor: a masked array"):
+        ng.as_tensor(masked)
+    with pytest.raises(TypeError, match="masked array"):
+        ng.add(ng.tensor(np.ones(3)), masked)

@@ -74,6 +74,33 @@ def test_chains_are_fused_and_match_eager_bit_for_bit(cache, dtype):
     assert source.count("_call(") < source_of(plain).count("_call(")
 
 
+def reused(dtype, second, device="cpu"):
+    """``a = x @ W`` read twice: its gradient's second part adds into the
+    first (a link with beta = 1), through ``second(a)``'s derivative."""
+    def make():
+        rng = np.random.default_rng(2)
+        W = ng.param((rng.normal(size=(5, 7)) * 0.5).astype(dtype), device=device)
+
+        def loss_fn(x, y):
+            a = x @ W
+            return ng.mse_loss(second(a), y)
+        return [W], loss_fn, ng.optim.SGD([W], lr=0.1)
+    return make
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("second", [lambda a: ng.relu(a) + a * 0.1, lambda a: a + ng.gelu(a),
+                                    lambda a: a * 0.7 + a, lambda a: a + ng.exp(a),
+                                    lambda a: ng.tanh(a) * a],
+                         ids=["relu", "gelu", "scaled", "exp", "product"])
+def test_a_gradient_added_into_another_keeps_eager_bits(cache, dtype, second):
+    """Eager's kernels add a scalar function's value to the destination in
+    float64 (their dispatch's type) and round once: a fused link must too."""
+    step = compiled_matches_eager(reused(dtype, second), batches(dtype, n=6), cache)
+    assert any(len(c) > 1 and c[-1] in ("unary_backward", "binary_backward")
+               for c in step.stats[-1]["fused"]), step.stats[-1]["fused"]
+
+
 def test_fused_step_equals_unfused_step_and_accumulates_exactly(cache):
     """Two compiled twins, fused and not, over accumulated micro-steps: the same
     bits in every loss, param and gradient (the optimizer steps every 2nd call)."""
@@ -257,6 +284,14 @@ def test_a_chain_below_min_elements_stays_kernel_calls(cache, monkeypatch):
 
 # ------------------------------------------------------------ CUDA (simulator)
 cuda = pytest.mark.skipif(not ng.cuda_available(), reason="CUDA unusable here")
+
+
+@cuda
+def test_cuda_chain_adding_a_gradient_into_another_keeps_eager_bits(cache):
+    """``test_a_gradient_added_into_another_keeps_eager_bits`` on CUDA."""
+    step = compiled_matches_eager(reused(np.float32, lambda a: a + ng.gelu(a), "cuda"),
+                                  batches(np.float32, n=4, device="cuda"), cache)
+    assert ("binary_backward", "unary_backward") in step.stats[-1]["fused"]
 
 
 @cuda

@@ -71,7 +71,12 @@ def test_two_threads_on_one_optimizer_keep_every_micro_step_whole():
     want_W, want_b, _ = serial(2000, linear=True)
     np.testing.assert_array_equal(W.numpy(), want_W)
     np.testing.assert_array_equal(b.numpy(), want_b)
+    # refused by the window's owner, or because the other thread's update
+    # wrote W or b after this thread's forward read them (the version check)
     for message in refused:
+        if message.startswith("backward: "):
+            assert "modified in place after it was recorded" in message
+            continue
         assert message.startswith("SGD over W, b: backward() in thread 'trainer-")
         assert "but thread 'trainer-" in message
 
@@ -88,7 +93,11 @@ def test_a_thread_that_stops_at_the_refusal_leaves_whole_windows():
             done.append(1)
 
     errors = run_threads_on(trainer)
-    assert all(isinstance(e, RuntimeError) and "SGD over W, b" in str(e) for e in errors), errors
+    # refused by the window's owner, or by the version check (the other thread's
+    # update wrote W or b after this thread's forward read them)
+    assert all(isinstance(e, RuntimeError) and (
+        "SGD over W, b" in str(e) or "modified in place after it was recorded" in str(e))
+        for e in errors), errors
     assert len(done) == 2 * opt.t + opt.pending_steps
     want_W, want_b, t = serial(len(done), linear=True)
     assert opt.t == t

@@ -222,6 +222,88 @@ def test_backward_refuses_a_param_written_through_its_data_or_a_detach():
         assert W.grad is None
 
 
+def _refused_then_recorded_again(record, write, check=None):
+    """``record()`` -> a loss; ``write()`` between it and its backward must
+    make the backward refuse before any gradient is written; a loss recorded
+    again after the write runs (and ``check`` reads what it gave)."""
+    loss, params = record()
+    write()
+    with pytest.raises(RuntimeError, match="modified in place after it was recorded"):
+        loss.backward()
+    assert all(p.grad is None for p in params)
+    loss, _ = record()
+    loss.backward()
+    if check is not None:
+        check()
+
+
+def test_backward_refuses_params_an_optimizer_update_wrote(dev: Dev):
+    """PyTorch: opt.step() between a forward and its backward is a version
+    error (the backward would use the new weights)."""
+    W, x = dev.param(rng_array(3, 4)), dev.param(np.ones((4, 2)))
+    opt = ng.optim.SGD([W], lr=0.1, accumulate_steps=2)
+
+    def record():
+        with ng.grad_tape():
+            return ng.sum(ng.matmul(W, x)), (x,)
+    for _ in range(2):                   # the second step applies the update
+        record()[0].backward()
+        opt.step()
+    x.grad = None
+    loss, _ = record()
+    record()[0].backward()
+    assert opt.step() is False           # counts a micro-step, writes nothing
+    loss.backward()                      # so the first graph still runs
+    x.grad = None
+    _refused_then_recorded_again(record, lambda: opt.step() or opt.step())
+
+
+def test_backward_refuses_params_load_state_dict_wrote(dev: Dev):
+    lin = ng.nn.Linear(4, 3, device=dev.name)
+    x = dev.param(np.ones((2, 4)))
+
+    def record():
+        with ng.grad_tape():
+            return ng.sum(lin(x)), (x,)
+    doubled = {k: 2 * v for k, v in lin.state_dict().items()}
+    _refused_then_recorded_again(
+        record, lambda: lin.load_state_dict(doubled),
+        lambda: np.testing.assert_allclose(
+            dev.host(x.grad), np.tile(doubled["weight"].sum(axis=0), (2, 1)), rtol=1e-6))
+
+
+@pytest.mark.parametrize("how", ["detach", "view", "sibling view", "view of a view"])
+def test_backward_refuses_an_input_whose_data_was_written_through_another_tensor(
+        dev: Dev, how: str):
+    """A view and a detach() share their base's writes (PyTorch's shared
+    version counter), whether made inside or outside the tape."""
+    base = dev.tensor(np.ones((6, 4)))
+    q = dev.param(np.ones((4, 5)))
+    read, write = {"detach": (lambda: base.detach(), lambda: base.add_(1.0)),
+                   "view": (lambda: base[0:3], lambda: base.add_(1.0)),
+                   "sibling view": (lambda: base[3:6], lambda: base[0:3].mul_(2.0)),
+                   "view of a view": (lambda: base.T.T[1:4],
+                                      lambda: base.detach().sub_(1.0))}[how]
+    held = read()
+
+    def record():
+        with ng.grad_tape():
+            return ng.sum(ng.matmul(held[0:3], q)), (q,)
+    _refused_then_recorded_again(record, write)
+
+
+def test_a_copy_does_not_share_its_source_writes(dev: Dev):
+    """reshape of a strided tensor copies: writing the source later leaves the copy's graph alone."""
+    base = dev.tensor(np.ones((4, 3)))
+    q = dev.param(np.ones((4, 5)))
+    flat = ng.reshape(base.T, (12,))             # a copy (base.T is strided)
+    with ng.grad_tape():
+        loss = ng.sum(ng.matmul(ng.reshape(flat, (3, 4)), q))
+    base.add_(1.0)
+    loss.backward()
+    np.testing.assert_array_equal(dev.host(q.grad), np.full((4, 5), 3.0))
+
+
 # ------------------------------------------------------------ detach, clone, to
 def test_detach_shares_data_and_leaves_the_graph(dev: Dev):
     W = dev.param(rng_array(3))

@@ -31,11 +31,11 @@ from typing import Any
 import numba
 import numpy as np
 
-from .. import tape
+from .. import kernels, tape
 from ..nn.module import CHANGES as _MODULE_CHANGES
 from ..nn.module import _settled, _still, _watching
 from ..optim.fused import FusedUpdate
-from ..tensor import Tensor
+from ..tensor import Tensor, _zero
 from .analysis import _analyze, _compare, _device_of, _Program
 from .cache import _load_module, _write, cache_dir  # noqa: F401 (_write: tests reach it here)
 from .codegen import _Codegen
@@ -154,6 +154,8 @@ class CompiledStep:
             if out is _STALE:
                 return self._record(args, entry.key, None)
             if out is _VERIFY:
+                if entry.fails_checks(args):
+                    return self._eager(args, entry)
                 return self._record(args, entry.key, entry)
             if out is _EAGER:
                 return self._eager(args, entry)
@@ -191,6 +193,9 @@ class CompiledStep:
             if isinstance(a, Tensor) and a._node is not None:
                 raise TypeError(f"ng.compile: argument {i} is the output of a recorded op; "
                                 f"pass leaf tensors (the graph is recorded inside fn)")
+        # a verifying call's backward adds into .grad before the graphs are
+        # compared: kept here, so that a GraphChangedError leaves them as they were
+        kept = _GradState(self, check) if check is not None else None
         t0 = time.perf_counter()
         outputs = pack = None
         with _recording() as rec, _watching() as called:
@@ -228,6 +233,7 @@ class CompiledStep:
             problem = ("its arrays cannot be mapped as before" if prog is None
                        else _compare(check.prog, prog, args))
             if problem is not None:
+                kept.restore()
                 raise GraphChangedError(
                     f"ng.compile: {getattr(self.fn, '__qualname__', 'fn')} recorded a different "
                     f"graph on call {check.count[0]} for the same signature "
@@ -344,6 +350,40 @@ class CompiledStep:
         return _NjitEntry(prog, args, key, self, gen, direct or fn)
 
 
+class _GradState:
+    """What a verifying call's eager backward changes before its graph is
+    compared: the ``.grad`` of the params the step recorded before and of its
+    optimizer's params (values and whether they hold one), and the windows'
+    ``fed`` flags. ``restore`` puts them back (a call that raises
+    ``GraphChangedError`` then leaves them as they were)."""
+
+    def __init__(self, step: CompiledStep, entry: _Entry) -> None:
+        params = list(entry.prog.params) if entry.prog is not None else []
+        if step.optimizer is not None:
+            params += list(getattr(step.optimizer, "params", ()))
+        self.grads = []
+        seen: set[int] = set()
+        for p in params:
+            if id(p) not in seen:
+                seen.add(id(p))
+                acc = p._acc
+                self.grads.append((p, p._live, acc,
+                                   None if acc is None else kernels.to_host(p._kern, acc)))
+        self.windows = [(w, w.fed) for w in {id(w): w for w in
+                                               (p._owner._window for p, *_ in self.grads
+                                                if p._owner is not None)}.values()]
+
+    def restore(self) -> None:
+        for p, live, acc, host in self.grads:
+            if host is not None:
+                kernels.call(p._kern, "upload", 0, host, acc)
+            elif p._acc is not None:
+                _zero(p._kern, p._acc)
+            p._live = live
+        for w, fed in self.windows:
+            w.fed = fed
+
+
 def _flatten(result: Any) -> tuple[list[Tensor], Callable]:
     """An inference step's tensors (a Tensor, or tuples, lists and dicts of them,
     nested) and the function that puts new ones in the same structure."""
@@ -451,8 +491,11 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     check runs eagerly, so it raises eager mode's error (IndexError or
     ValueError, naming the op) with params, gradients and the optimizer
     untouched (and a cross_entropy target holding ``ignore_index``, which
-    the replay cannot express, is computed eagerly). CUDA device indices and
-    labels are checked by their kernels, which raise after their launch.
+    the replay cannot express, is computed eagerly; a call recorded with
+    one replays no other, unless it ignored every label). A verifying call
+    that fails these checks runs eagerly too, rather than compare the graph
+    eager mode builds for it. CUDA device indices and labels are checked by
+    their kernels, which raise after their launch.
 
     **Results** are bit-identical to eager execution on the CPU: the same
     compiled kernels, called with the same arguments in the same order,

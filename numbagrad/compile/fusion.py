@@ -582,6 +582,12 @@ class _Spelling:
         """The function that rounds a value to dtype ``dts``."""
         raise NotImplementedError
 
+    def exact(self, value: str, dts: str) -> str:
+        """A scalar function's ``value`` as the type the kernels' dispatch over
+        the codes gives it, where a link adds it to what its destination
+        holds (rounding the sum only)."""
+        return value
+
     def scalar_type(self, kind: str, role: str, dts: str) -> str:
         """What the ``kind`` kernel's launcher casts its scalar ``role`` to."""
         raise NotImplementedError
@@ -589,6 +595,11 @@ class _Spelling:
     def scalar(self, v: tuple, kind: str, role: str, dts: str) -> str:
         self.scalars.append((v, self.scalar_type(kind, role, dts)))
         return f"k{len(self.scalars) - 1}"
+
+    def _widened(self, value: str, beta: tuple, dts: str) -> str:
+        # with beta == 0 the value is only rounded to the dtype, which gives
+        # the same bits whatever the type it is computed in
+        return value if float(beta[1]) == 0.0 else self.exact(value, dts)
 
     def body(self) -> list[str]:
         chain, pad = self.chain, self.pad
@@ -606,12 +617,14 @@ class _Spelling:
             stores: list[tuple[_Operand, str]] = []
             if kind == "unary":
                 p, a, b = (self.scalar(s[x], kind, x, dts) for x in ("p", "alpha", "beta"))
-                y = f"{a} * {self.call('unary', code, dts, load(ops['x']) + ', ' + p)}"
+                f = self.call('unary', code, dts, load(ops['x']) + ', ' + p)
+                y = f"{a} * {self._widened(f, s['beta'], dts)}"
                 stores.append((ops["out"], _accumulate(y, s["beta"], b, ops["out"], load)))
             elif kind == "unary_backward":
                 b, p = (self.scalar(s[x], kind, x, dts) for x in ("beta", "p"))
                 args = f"{load(ops['x'])}, {load(ops['y'])}, {p}"
-                g = f"{load(ops['gout'])} * {self.call('unary_grad', code, dts, args)}"
+                f = self.call('unary_grad', code, dts, args)
+                g = f"{load(ops['gout'])} * {self._widened(f, s['beta'], dts)}"
                 stores.append((ops["dest"], _accumulate(g, s["beta"], b, ops["dest"], load)))
             elif kind == "binary":
                 args = f"{load(ops['a'])}, {load(ops['b'])}"
@@ -624,7 +637,8 @@ class _Spelling:
                 for side in link.sides:
                     b = self.scalar(s["beta_" + side], kind, "beta_" + side, dts)
                     args = f"{load(ops['a'])}, {load(ops['b'])}"
-                    dv = self.call("binary_grad_" + side, code, dts, args)
+                    dv = self._widened(self.call("binary_grad_" + side, code, dts, args),
+                                       s["beta_" + side], dts)
                     g = f"0.0 + {load(ops['gout'])} * {dv}"
                     stores.append((ops["d" + side], _accumulate(g, s["beta_" + side], b,
                                                                 ops["d" + side], load)))
@@ -662,6 +676,14 @@ class _CpuSpelling(_Spelling):
 
     def cast(self, dts: str) -> str:
         return _DT[dts]
+
+    def exact(self, value: str, dts: str) -> str:
+        # A kernel's loop calls the codes' dispatch (kernels/cpu/vmath.py), whose
+        # one return type is float64 for float32 elements too (some branches
+        # compute in float64): the product with the gradient and the sum with
+        # the destination then run in float64, rounded once at the store.
+        # The chain calls one branch, which may return float32.
+        return f"np.float64({value})" if dts == "<f4" else value
 
     def scalar_type(self, kind: str, role: str, dts: str) -> str:
         return _DT[dts]      # the CPU kernels take their scalars in the arrays' dtype

@@ -34,6 +34,16 @@ _MISS = object()         # a runner's answer: these arguments are not its signat
 _VERIFY = object()       # a runner's answer: record this call again and compare
 
 
+def _fails(checks: list, args: tuple, derived: list) -> bool:
+    """Whether the host integers of ``args`` (or of their ``derived`` copies)
+    fail one of the checks the recorded ops made of them."""
+    for r, low, high, exclude, allow in checks:
+        root = _data(args[r.index]) if r.kind == "in" else derived[r.index]
+        if first_invalid(_view(root, r.off, r.shape, r.strides), low, high, exclude, allow):
+            return True
+    return False
+
+
 class _Entry:
     """One signature's compiled step. ``run(args)`` returns the loss tensor
     (the optimizer stepped) or one of the sentinels above."""
@@ -53,6 +63,17 @@ class _Entry:
             self.owners = list({id(p._owner): p._owner for p in prog.params
                                 if p._owner is not None}.values())
             self.param_args = [(i, args[i]) for i in prog.param_args]
+
+    def fails_checks(self, args: tuple) -> bool:
+        """Whether ``args`` fail a check the recorded ops made of their host
+        integers (``_ReplayEntry.run``'s, before any kernel), so that the call
+        must run eagerly: a verifying call does so too, rather than compare a
+        graph that eager mode builds differently for such values."""
+        prog = self.prog
+        if prog is None or not prog.checks:
+            return False
+        return _fails(prog.checks, args, [np.ascontiguousarray(args[i], dtype)
+                                          for i, dtype in prog.derived])
 
     def tick(self) -> bool:
         """Count a call; True when this one should be recorded again and compared."""
@@ -427,10 +448,8 @@ class _ReplayEntry(_Entry):
             return _VERIFY
         prog = self.prog
         derived = [np.ascontiguousarray(args[i], dtype) for i, dtype in prog.derived]
-        for r, low, high, exclude, allow in self.checks:   # the ops' checks, before any kernel
-            root = _data(args[r.index]) if r.kind == "in" else derived[r.index]
-            if first_invalid(_view(root, r.off, r.shape, r.strides), low, high, exclude, allow):
-                return _EAGER
+        if self.checks and _fails(self.checks, args, derived):   # before any kernel
+            return _EAGER
         if self.outs is not None:
             return self._infer(args, derived)
         ring = self.ring_entry()

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import _dtypes, kernels
 from .._defaults import get_default_dtype
-from ..tensor import Tensor
+from ..tensor import Tensor, note_writes
 from ..tensor import param as _param
 from ..tensor import tensor as _tensor
 
@@ -291,6 +291,7 @@ class Module:
             arrays[name] = array
         for name, p in mine.items():
             kernels.call(p._kern, "upload", 0, arrays[name], p._data)
+        note_writes(mine.values())   # in place: a graph recorded before refuses backward
 
     def to(self, device: str | None = None, dtype: Any = None) -> Module:
         """Move every param and buffer to ``device`` and/or cast the float

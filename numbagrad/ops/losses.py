@@ -338,12 +338,21 @@ def _cross_entropy_composed(x: Tensor, target: Any, reduction: str, ignore: int,
             host = _as_int64(host)    # (a copy ng.compile re-makes from the argument)
         valid = host != ignore
         # with nothing ignored the labels are used as they are, so a compiled
-        # step reads each call's (and runs one that holds ignore_index eagerly)
+        # step reads each call's (and runs one that holds ignore_index eagerly);
+        # with some ignored, the mask, the safe labels and the count below are
+        # this call's own constants: a replay runs every call eagerly (through
+        # a check no valid label passes), or, when this one ignores every
+        # label, every call that does not
         everything = bool(valid.all())
         safe = host if everything else np.where(valid, host, 0)
         _labels(kern, safe, (n, *rest), classes)          # shape and range, checked
-        if everything and kernels._observer is not None:
-            _note_checked(host, 0, classes, exclude=ignore)
+        if kernels._observer is not None:
+            if everything:
+                _note_checked(host, 0, classes, exclude=ignore)
+            elif valid.any():
+                _note_checked(host, 0, 0, allow=-1 if ignore != -1 else -2)
+            else:
+                _note_checked(host, ignore, ignore, allow=ignore)
         index = safe
     lp = reductions.log_softmax(x, axis=1)
     picked = indexing._gather(lp, 1, index.reshape((n, 1) + rest), op)

@@ -309,14 +309,15 @@ def linear(x: Any, weight: Any, bias: Any = None, activation: str | None = None,
     """
     code, p = (codes.IDENT, 0.0) if activation is None else _activation(activation,
                                                                          negative_slope)
-    # The common case (contiguous 2-D tensors of one device and dtype) skips
-    # the general checks: this op runs twice per layer per micro-step.
+    # The common case (contiguous 2-D tensors of one device and float dtype)
+    # skips the general checks: this op runs twice per layer per micro-step.
     if type(x) is Tensor and type(weight) is Tensor and (bias is None or type(bias) is Tensor):
         xd, wd, kern = x._data, weight._data, x._kern
-        xs, ws = xd.shape, wd.shape
-        if weight._kern is kern and wd.dtype == xd.dtype and type(xs) is tuple \
+        xs, ws, dtype = xd.shape, wd.shape, xd.dtype
+        if weight._kern is kern and (dtype is _F32 or dtype is _F64) and wd.dtype is dtype \
+                and type(xs) is tuple \
                 and len(xs) == 2 and len(ws) == 2 and xs[1] == ws[1] \
-                and (bias is None or (bias._kern is kern and bias._data.dtype == xd.dtype
+                and (bias is None or (bias._kern is kern and bias._data.dtype is dtype
                                       and bias._data.shape == (ws[0],))) \
                 and kern.is_c_contiguous(xd) and kern.is_c_contiguous(wd):
             return _linear(x, weight, bias, xd, wd, kern, xd, (xs[0], ws[0]), code, p)
@@ -368,10 +369,11 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, xd: Any, wd: Any, ke
     fused = codes.IDENT if kept else code
     work = x2.size * wd.shape[0]   # multiply-adds (gemm's and linear's threaded twins)
     if bias is None:
-        # C-contiguous x2, wd, its row wd[0] and pre of one dtype, ints, a dtype scalar
-        kernels.typed(kern, "linear", work, dtype)(x2, wd, wd[0], pre, 0, fused,
-                                                scalar_of(dtype, p))
         inputs = (x, weight)
+        if pre.size:   # (a weight of no rows has no row 0 to stand in for the bias)
+            # C-contiguous x2, wd, its row wd[0] and pre of one dtype, ints, a dtype scalar
+            kernels.typed(kern, "linear", work, dtype)(x2, wd, wd[0], pre, 0, fused,
+                                                    scalar_of(dtype, p))
     else:
         bd = bias._data
         run = kernels.call_typed if kern.is_c_contiguous(bd) else _call_untyped

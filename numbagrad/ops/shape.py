@@ -77,7 +77,11 @@ def _writable(view: np.ndarray) -> None:
 
 
 def _view_of(x: Tensor, out: Tensor) -> Tensor:
-    """``out``, a view of ``x``'s data, noted as wrapping an accumulator when ``x`` is."""
+    """``out``, a view of ``x``'s data: it shares ``x``'s writes (PyTorch's
+    version counter: an in-place write to either is a write to both, see
+    ``tape._check_unmodified``), and is noted as wrapping an accumulator
+    when ``x`` is."""
+    out._base = x
     if _seen.wrapped and x in _wrappers:
         _wrappers.add(out)
     return out
@@ -194,9 +198,10 @@ def _new_shape(x: Tensor, shape: tuple, op: str) -> tuple:
 
 def _reshaped(x: Tensor, new: tuple) -> Tensor:
     data = contiguous(x)
-    pool = x._pool if data is x._data else data
+    if data is not x._data:   # a copy: its own data
+        return result(reshaped(data, new), x._kern, (x,), _reshape_backward, (), pool=data)
     out = reshaped(data, new)
-    return _view_of(x, result(out, x._kern, (x,), _reshape_backward, (), pool=pool))
+    return _view_of(x, result(out, x._kern, (x,), _reshape_backward, (), pool=x._pool))
 
 
 def _reshape_backward(ctx: _Backward, node: Node, gout: Any) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import _dtypes, kernels
 from ..ops import _half
-from ..tensor import Tensor
+from ..tensor import Tensor, note_writes
 
 _F32 = np.dtype(np.float32)
 
@@ -107,6 +107,8 @@ class Masters:
         return out
 
     def write_back(self) -> None:
-        """Each half param = its master rounded to the param's format."""
+        """Each half param = its master rounded to the param's format (a write
+        in place, noted as such)."""
         for p, m in self.pairs:
             _half.narrow(p._kern, m._data, p._data)
+        note_writes([p for p, _ in self.pairs])

@@ -23,7 +23,7 @@ from .. import kernels
 from ..kernels import cpu as cpu_kernels
 from ..kernels.cpu import boundary as bk
 from ..kernels.cpu import optim as optim_kernels
-from ..tensor import Tensor
+from ..tensor import Tensor, new_stamp
 from . import _checks
 from .groups import COUNT_LIMIT, Group
 from .rules import BoundaryKernel, Rule
@@ -299,7 +299,14 @@ class Window:
         return positions if self.average else ranks
 
     def finish(self, mode: str) -> None:
-        """After an applied update (whose kernel zeroed the total): a new window."""
+        """After an applied update (whose kernel zeroed the total): the params it
+        wrote (those flagged live) noted as written in place, so a graph
+        recorded before it refuses to run backward; then a new window."""
+        stamp = new_stamp()
+        for g in self.groups:
+            for p, live in zip(g.params, g.live_flags or ()):
+                if live:
+                    p._stamp = stamp
         self._clear(mode, zeroed=True)
         self.t += 1
 
