@@ -318,9 +318,11 @@ def _check_unmodified(order: list[Node]) -> None:
                     raise RuntimeError(
                         f"backward: a {t.dtype} tensor of shape {t.shape} that a recorded "
                         f"op ({op}) read "
-                        f"was modified in place after it was recorded{shared}, so its "
-                        f"gradient would use the new values; record the forward again after "
-                        f"the in-place write, or write into a clone()")
+                        f"was modified in place after it was recorded{shared} (by an "
+                        f"in-place op, an optimizer update, load_state_dict or nn.init), so "
+                        f"its gradient would use the new values; run backward before the "
+                        f"write (before opt.step()), record the forward again after it, or "
+                        f"write into a clone()")
 
 
 def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
@@ -342,7 +344,10 @@ def run_backward(loss: Tensor, collect: bool) -> Mapping[int, Any] | None:
     for node in order:
         node.backward(ctx, node, pending.pop(node, None))
         node.done = True
+        # what it saved, and its inputs: a tensor still held (say a view's
+        # base) does not keep the consumed graph alive
         node.saved = ()
+        node.inputs = ()
     calls = ctx.calls
     if not calls:
         return None if not collect else MappingProxyType({})

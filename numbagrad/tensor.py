@@ -341,7 +341,8 @@ class Tensor:
         as PyTorch's ``detach()``. Writing it in place writes this tensor's
         data; that is refused while a recorded graph still needs it."""
         t = Tensor(self._data, self._kern)
-        t._base = self
+        root = getattr(self, "_base", None)
+        t._base = self if root is None else root   # the root, as a view's
         return t
 
     def clone(self) -> Tensor:

@@ -292,6 +292,55 @@ def test_backward_refuses_an_input_whose_data_was_written_through_another_tensor
     _refused_then_recorded_again(record, write)
 
 
+def test_backward_refuses_an_input_nn_init_wrote_through_a_view():
+    W = ng.param(np.ones((2, 3)))
+    x = ng.param(np.ones((3, 2)))
+    with ng.grad_tape():
+        loss = ng.sum(ng.matmul(W, x))
+    ng.nn.init.zeros_(W[0])
+    with pytest.raises(RuntimeError, match="modified in place after it was recorded"):
+        loss.backward()
+
+
+def test_backward_refuses_a_constant_a_checkpoint_reads_again():
+    """A checkpointed segment runs again for the backward: its input batch,
+    written in between, is refused as any recorded op's input is."""
+    W = ng.param(np.eye(2))
+    for write in (lambda x: x.add_(1.0), lambda x: x.detach().add_(1.0),
+                  lambda x: ng.reshape(x, (4,)).mul_(2.0)):
+        x = ng.tensor(np.ones((2, 2)))
+        with ng.grad_tape():
+            loss = ng.sum(ng.checkpoint(lambda v: ng.matmul(v, W), x))
+        write(x)
+        with pytest.raises(RuntimeError, match="modified in place after it was recorded"):
+            loss.backward()
+        assert W.grad is None
+
+
+def test_a_view_carried_across_steps_does_not_keep_their_graphs():
+    """A consumed graph is freed though a view of its output (whose base is
+    that output) lives on: the recurrent-state pattern keeps no history."""
+    import gc
+    import weakref
+    W = ng.param(np.eye(3) * 0.5)
+    h = ng.tensor(np.ones((1, 3)))
+    products = []
+    for _ in range(5):
+        with ng.grad_tape():
+            product = ng.matmul(h, W)
+            out = ng.tanh(product)
+            loss = ng.sum(out)
+        loss.backward()
+        with ng.no_grad():
+            h = ng.reshape(out, (1, 3))          # a view of out, carried on
+        products.append(weakref.ref(product))
+        del product, out, loss
+    gc.collect()
+    assert [r() is None for r in products] == [True] * 5
+    chain = ng.reshape(ng.reshape(ng.reshape(h, (3,)), (1, 3)), (3, 1))
+    assert chain._base is h._base                # one link to the root
+
+
 def test_a_copy_does_not_share_its_source_writes(dev: Dev):
     """reshape of a strided tensor copies: writing the source later leaves the copy's graph alone."""
     base = dev.tensor(np.ones((4, 3)))

@@ -209,6 +209,8 @@ class CompiledStep:
                                     f"{type(result).__name__}")
                 loss = result
                 params = _reached_params(loss) if loss._node is not None else []
+                if kept is not None:
+                    kept.add(params)
                 loss.backward()  # eager's errors (not recorded, not one element) as they are
             else:
                 outputs, pack = _flatten(result)
@@ -225,6 +227,8 @@ class CompiledStep:
         host = all(t.device == "cpu" for t in outputs or [loss]) and devices <= {"cpu"}
         reason = ""    # (not host: Python replay)
         try:
+            if rec.eager_only:
+                raise _Unsupported(rec.eager_only)
             prog = _analyze(rec, args, loss, params, host, outputs)
             prog.pack = pack
         except Exception as exc:  # noqa: BLE001 (whatever fails, the call itself is done)
@@ -352,26 +356,30 @@ class CompiledStep:
 
 class _GradState:
     """What a verifying call's eager backward changes before its graph is
-    compared: the ``.grad`` of the params the step recorded before and of its
-    optimizer's params (values and whether they hold one), and the windows'
-    ``fed`` flags. ``restore`` puts them back (a call that raises
+    compared: the ``.grad`` of the params the step recorded before, of its
+    optimizer's params and of those the new recording reaches (``add``,
+    before its backward): values and whether they hold one; and their
+    windows' ``fed`` flags. ``restore`` puts them back (a call that raises
     ``GraphChangedError`` then leaves them as they were)."""
 
     def __init__(self, step: CompiledStep, entry: _Entry) -> None:
-        params = list(entry.prog.params) if entry.prog is not None else []
+        self.grads: list[tuple] = []
+        self.seen: set[int] = set()
+        self.windows: dict[int, tuple] = {}
+        self.add(list(entry.prog.params) if entry.prog is not None else [])
         if step.optimizer is not None:
-            params += list(getattr(step.optimizer, "params", ()))
-        self.grads = []
-        seen: set[int] = set()
+            self.add(getattr(step.optimizer, "params", ()))
+
+    def add(self, params: Any) -> None:
         for p in params:
-            if id(p) not in seen:
-                seen.add(id(p))
-                acc = p._acc
+            if id(p) not in self.seen:
+                self.seen.add(id(p))
+                acc = p._acc   # (the device module's own copy: no recording observes it)
                 self.grads.append((p, p._live, acc,
-                                   None if acc is None else kernels.to_host(p._kern, acc)))
-        self.windows = [(w, w.fed) for w in {id(w): w for w in
-                                               (p._owner._window for p, *_ in self.grads
-                                                if p._owner is not None)}.values()]
+                                   None if acc is None else p._kern.to_host(acc)))
+                if p._owner is not None:
+                    w = p._owner._window
+                    self.windows.setdefault(id(w), (w, w.fed))
 
     def restore(self) -> None:
         for p, live, acc, host in self.grads:
@@ -380,7 +388,7 @@ class _GradState:
             elif p._acc is not None:
                 _zero(p._kern, p._acc)
             p._live = live
-        for w, fed in self.windows:
+        for w, fed in self.windows.values():
             w.fed = fed
 
 

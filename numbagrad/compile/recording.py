@@ -39,6 +39,7 @@ class _Recording:
         # Host integer arrays an op range-checked: (array, low, high, exclude,
         # allow), every value in [low, high) and not exclude, or allow.
         self.checks: list[tuple[Any, int, int, int | None, int | None]] = []
+        self.eager_only = ""             # why no replay may run this recording, if one may not
 
     def kernel(self, fn: Callable, name: str, args: tuple) -> None:
         if threading.get_ident() == self.thread:
@@ -63,6 +64,12 @@ class _Recording:
     def host_copy(self, copy: Any, source: Any) -> None:
         if threading.get_ident() == self.thread:
             self.copies[id(copy)] = (copy, source)
+
+    def unreplayable(self, why: str) -> None:
+        """An op computed something from this call's argument values that a
+        replay would keep as a constant: every call of the signature runs eagerly."""
+        if threading.get_ident() == self.thread:
+            self.eager_only = why
 
     def checked(self, array: Any, low: int, high: int, exclude: int | None,
                 allow: int | None) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import kernels
 from ..ops._common import is_scalar
-from ..tensor import Tensor, note_writes
+from ..tensor import Tensor, _note_write
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "zeros_", "ones_", "constant_",
            "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_",
@@ -81,7 +81,7 @@ def _write(tensor: Tensor, values: Any) -> Tensor:
     """Copy host ``values`` into the tensor's data (rounded to its dtype)."""
     host = np.broadcast_to(np.asarray(values, tensor.dtype), tensor.shape)
     kernels.call(tensor._kern, "upload", 0, host, tensor._data)
-    note_writes((tensor,))
+    _note_write(tensor)   # (on the tensor it is a view of too)
     return tensor
 
 

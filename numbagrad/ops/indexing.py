@@ -130,6 +130,15 @@ def _note_checked(host: np.ndarray, low: int, high: int, exclude: int | None = N
         note(host, low, high, exclude, allow)
 
 
+def _note_unreplayable(why: str) -> None:
+    """Tell ``ng.compile``'s recorder (when one listens) that the op used this
+    call's host integers in a way no replay repeats (``why``): the step runs
+    eagerly for this signature."""
+    note = getattr(kernels._observer, "unreplayable", None)
+    if note is not None:
+        note(why)
+
+
 @kernels.host_copy
 def _as_int64(host: np.ndarray) -> np.ndarray:
     """A C-contiguous int64 copy of host indices (``ng.compile`` records which

@@ -21,7 +21,7 @@ from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (_F32, _F64, check_reduction, contiguous, describe, index_data, is_scalar,
                       mean_scale, ones, operand, pair, reshaped, result, scalar_of)
-from .indexing import _note_checked
+from .indexing import _note_checked, _note_unreplayable
 
 _HOST = buffers.HOST
 # (dtype, ndim) -> the CPU mse kernel's specialisation (kernels.hot_table)
@@ -340,9 +340,8 @@ def _cross_entropy_composed(x: Tensor, target: Any, reduction: str, ignore: int,
         # with nothing ignored the labels are used as they are, so a compiled
         # step reads each call's (and runs one that holds ignore_index eagerly);
         # with some ignored, the mask, the safe labels and the count below are
-        # this call's own constants: a replay runs every call eagerly (through
-        # a check no valid label passes), or, when this one ignores every
-        # label, every call that does not
+        # this call's own constants: a step recorded so runs eagerly, or, when
+        # this call ignores every label, replays only calls that do too
         everything = bool(valid.all())
         safe = host if everything else np.where(valid, host, 0)
         _labels(kern, safe, (n, *rest), classes)          # shape and range, checked
@@ -350,7 +349,7 @@ def _cross_entropy_composed(x: Tensor, target: Any, reduction: str, ignore: int,
             if everything:
                 _note_checked(host, 0, classes, exclude=ignore)
             elif valid.any():
-                _note_checked(host, 0, 0, allow=-1 if ignore != -1 else -2)
+                _note_unreplayable("cross_entropy's target holds ignore_index")
             else:
                 _note_checked(host, ignore, ignore, allow=ignore)
         index = safe

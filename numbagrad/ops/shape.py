@@ -81,7 +81,8 @@ def _view_of(x: Tensor, out: Tensor) -> Tensor:
     version counter: an in-place write to either is a write to both, see
     ``tape._check_unmodified``), and is noted as wrapping an accumulator
     when ``x`` is."""
-    out._base = x
+    root = getattr(x, "_base", None)
+    out._base = x if root is None else root   # the root: chains stay one link long
     if _seen.wrapped and x in _wrappers:
         _wrappers.add(out)
     return out
