@@ -35,12 +35,13 @@ def order_within(root: Node, start: int) -> list[Node]:
     return _reverse_order_general(root, start)
 
 
-def boundary(order: list[Node], start: int) -> list[Tensor]:
-    """The tensors made before ``start`` that the nodes of ``order`` read, once each."""
+def boundary(order: list[Node], start: int, grads: bool = True) -> list[Tensor]:
+    """The tensors made before ``start`` that the nodes of ``order`` read, once
+    each: those that need a gradient (``grads``), or those that do not."""
     seen: dict[int, Tensor] = {}
     for node in order:
         for t in node.inputs:
-            if t.id < start and t.requires_grad:
+            if t.id < start and bool(t.requires_grad) is grads:
                 seen.setdefault(id(t), t)
     return list(seen.values())
 

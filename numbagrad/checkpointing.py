@@ -74,8 +74,7 @@ def checkpoint(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     # what it read that needs no gradient (its input batch, say) is read again
     # by the rerun: an input of the node too, so that a write into it before
     # the backward is refused as any recorded op's input's is
-    held = tuple({id(t): t for node in order for t in node.inputs
-                  if t.id < start and not t.requires_grad}.values())
+    held = tuple(_subgraph.boundary(order, start, grads=False))
     del order     # the segment's graph, and with it its activations, goes here
     segment = _Segment(fn, args, kwargs, replay, out, reads)
     return output(out._data, out._kern, out._pool, _checkpoint_backward, reads + held,

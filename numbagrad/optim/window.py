@@ -302,7 +302,7 @@ class Window:
         """After an applied update (whose kernel zeroed the total): the params it
         wrote (those flagged live) noted as written in place, so a graph
         recorded before it refuses to run backward; then a new window."""
-        stamp = new_stamp()
+        stamp = new_stamp()     # (tensor.note_writes' loop, inline: a close is a hot path)
         for g in self.groups:
             for p, live in zip(g.params, g.live_flags or ()):
                 if live:

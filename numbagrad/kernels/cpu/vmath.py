@@ -171,12 +171,6 @@ def _scaled(v, n):
 # one loop body to vectorise) and use no ternaries: selects are written as
 # bit masks, which inline cleanly.
 @njit(error_model="numpy", inline="always")
-def _kept(v, keep):
-    """v where ``keep``, else +0.0 (a bit mask: no branch, and nan-free)."""
-    return _from_bits32(_bits32(v) & -np.int64(keep))
-
-
-@njit(error_model="numpy", inline="always")
 def _select(keep, a, b):
     """``a`` where ``keep``, else ``b``, bit for bit."""
     k = np.int64(keep)
@@ -197,7 +191,7 @@ def gelu(x):
     keeps its relative accuracy where 1 + erf would cancel). -0 below -16, x
     above 16 (and -0 at -0); nan at nan and -inf, as PyTorch's."""
     inside = abs(x) <= _GELU_EDGE_F                         # false at nan
-    xc = _kept(x, inside)                                   # x inside, else 0: finite work
+    xc = _select(inside, x, _ZERO_F)                        # x inside, else 0: finite work
     e = _ERFC_F
     t = _ONE_F / _fma(_HALF_F, abs(xc) * _SQRT1_2_F, _ONE_F)
     p = _fma(t, _fma(t, e[0], e[1]), e[2])
@@ -216,9 +210,9 @@ def gelu_grad(x, y):
     |x| < 1e-30; 1 above 16, -0 below -16, nan at nan and +-inf, as
     PyTorch's."""
     inside = abs(x) <= _GELU_EDGE_F                         # false at nan
-    xc = _kept(x, inside)
+    xc = _select(inside, x, _ZERO_F)
     ratio = inside & (abs(x) >= _TINY_F)
-    cdf = _select(ratio, _kept(y, ratio) / _select(ratio, x, _ONE_F), _HALF_F)  # y / x
+    cdf = _select(ratio, _select(ratio, y, _ZERO_F) / _select(ratio, x, _ONE_F), _HALF_F)  # y / x
     a, b = _x_squared(xc)
     m, n = _exp_parts(a, b)
     edge = x * _ZERO_F                                      # -0 below -16, nan at +-inf
