@@ -64,6 +64,10 @@ class _Seen:
 _seen = _Seen()
 
 
+# dtype kinds from narrowest to widest: an arithmetic in-place op may not widen
+_KINDS = "buif"
+
+
 class Tensor:
     """An n-dimensional array with an autograd identity.
 
@@ -360,20 +364,20 @@ class Tensor:
     def add_(self, other: Any, *, alpha: float = 1) -> Tensor:
         """``self += alpha * other`` in place."""
         return self._in_place("add_", lambda: self + (other if alpha == 1 else alpha * other),
-                              other)
+                              other, arith=True)
 
     def sub_(self, other: Any, *, alpha: float = 1) -> Tensor:
         """``self -= alpha * other`` in place."""
         return self._in_place("sub_", lambda: self - (other if alpha == 1 else alpha * other),
-                              other)
+                              other, arith=True)
 
     def mul_(self, other: Any) -> Tensor:
         """``self *= other`` in place."""
-        return self._in_place("mul_", lambda: self * other, other)
+        return self._in_place("mul_", lambda: self * other, other, arith=True)
 
     def div_(self, other: Any) -> Tensor:
         """``self /= other`` in place."""
-        return self._in_place("div_", lambda: self / other, other)
+        return self._in_place("div_", lambda: self / other, other, arith=True)
 
     def clamp_(self, min: Any = None, max: Any = None) -> Tensor:
         """``ng.clamp(self, min, max)`` in place."""
@@ -441,7 +445,11 @@ class Tensor:
             return out_of_place()
         return getattr(self, method)(other)
 
-    def _in_place(self, what: str, compute: Any, *operands: Any) -> Tensor:
+    def _in_place(self, what: str, compute: Any, *operands: Any, arith: bool = False
+                  ) -> Tensor:
+        """Write ``compute()`` into the data. ``arith``: an arithmetic op, whose
+        result may not be of a wider kind (bool < integer < float) than the
+        tensor, as PyTorch refuses ``int_tensor.div_(2)``; copy_ and fill_ cast."""
         if self._data.dtype.itemsize == 2 and self._data.dtype in _dtypes.HALVES:
             raise TypeError(f"{what}: in-place writes into a {self.dtype} tensor are not "
                             f"offered (shape {self.shape}); compute out of place, or keep "
@@ -449,6 +457,12 @@ class Tensor:
         self._check_in_place(what, operands)
         with tape.no_grad():
             value = compute()
+        if arith and isinstance(value, Tensor) and _KINDS.index(value.dtype.kind) > \
+                _KINDS.index(self._data.dtype.kind):
+            raise TypeError(f"{what}: the result is {value.dtype}, which the {self.dtype} tensor "
+                            f"(shape {self.shape}) cannot hold (PyTorch refuses this cast "
+                            f"too); write x = x op y (a new tensor), or convert x "
+                            f"first (x.float())")
         _assign(self, value, what)
         _note_write(self)
         return self
@@ -457,6 +471,13 @@ class Tensor:
         """Refuse, before anything is written, an in-place write that the
         tape cannot record or that a recorded graph still needs."""
         _refuse_while_compiling(what)
+        data = self._data
+        if any(st == 0 and n > 1 for n, st in zip(data.shape, data.strides)):
+            raise RuntimeError(
+                f"{what}: the tensor of shape {self.shape} is a broadcast view (expand, "
+                f"broadcast_to), so several of its elements are one memory location and "
+                f"the write would keep whichever came last (PyTorch refuses it too); "
+                f"write into a clone()")
         recording = tape._state.box[0] > 0
         if self.is_param:
             if recording:

@@ -390,6 +390,56 @@ def test_labels_holding_ignore_index_give_eager_results_on_every_call(cache, fir
         step(x, np.full(6, -1))
 
 
+HOST_DERIVED = {
+    "x[i, j]": (lambda W: lambda i, j: W[i, j].sum(),
+                [([0], [0]), ([1], [1]), ([2], [3]), ([0], [2])]),
+    "x[mask]": (lambda W: lambda m: W[m].sum(),
+                [(np.array(m, bool),) for m in ([1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0])]),
+    "masked_select": (lambda W: lambda m: ng.masked_select(W, m).sum(),
+                      [(np.array(m, bool)[:, None],) for m in ([1, 0, 0], [0, 1, 0], [0, 1, 1])]),
+    "one_hot": (lambda W: lambda ids: ng.matmul(ng.one_hot(ids, 3), W).sum(),
+                [([0],), ([1],), ([2],), ([2],)]),
+    "repeat_interleave": (lambda W: lambda r: ng.repeat_interleave(W, r, 0).sum(),
+                          [([1, 0, 0],), ([0, 2, 0],), ([0, 0, 3],), ([1, 1, 1],)]),
+}
+
+
+@pytest.mark.parametrize("verify", [False, True])
+@pytest.mark.parametrize("case", sorted(HOST_DERIVED))
+def test_host_positions_made_from_an_argument_give_eager_results(cache, case, verify):
+    """Ops that turn an argument's values into positions on the host (several
+    index arrays, a boolean mask, one_hot, per-element repeats) made arrays
+    a replay kept as constants: every call used the first call's positions
+    (with verify=True, calls 2, 4, 8 raised GraphChangedError and the others
+    were wrong). Such a signature now runs eagerly, with a RuntimeWarning."""
+    make, calls = HOST_DERIVED[case]
+    Wa, Wb = (ng.param(np.arange(12.0).reshape(3, 4)) for _ in range(2))
+    fa, fb = make(Wa), make(Wb)
+    step = ng_compile(fb, cache_dir=cache, verify=verify)
+    for i, args in enumerate(calls):
+        args = tuple(np.asarray(a) for a in args)
+        want = eager_step(fa, None, *args)
+        with pytest.warns(RuntimeWarning, match="on the host.*runs eagerly") if i == 0 \
+                else contextlib.nullcontext():
+            got = step(*args)
+        assert want.item() == got.item(), i
+        assert same(Wa.grad, Wb.grad), i
+        Wa.grad = Wb.grad = None
+    assert step.stats[-1]["mode"] == "eager"
+
+
+def test_host_positions_made_from_constants_still_compile(cache, recwarn):
+    """Positions made from arrays fn creates itself are constants of the
+    recording (as any such array): the step compiles, without a warning."""
+    W = ng.param(np.arange(12.0).reshape(3, 4))
+    step = ng_compile(lambda x: ng.sum(W[np.array([0, 1]), np.array([3, 0])] * x),
+                      cache_dir=cache)
+    for k in range(4):
+        assert step(np.full(2, float(k))).item() == 7.0 * k      # W[0, 3] + W[1, 0]
+    assert step.stats[-1]["mode"] != "eager"
+    assert not [w for w in recwarn if "cannot be replayed" in str(w.message)]
+
+
 def test_a_value_dependent_graph_is_detected(cache):
     params, opt, _ = linear_case()
     W = params[0]

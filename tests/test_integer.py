@@ -397,3 +397,97 @@ def test_a_float_dtype_equal_but_not_identical_stays_a_float():
     x = ng.as_tensor(np.ones((2, 3), dt))
     for out in (ng.relu(x), ng.exp(x), x + 1, ng.sum(x), x[0], ng.maximum(x, 0)):
         assert out.dtype == np.float32
+
+
+INT_DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64]
+EDGE_OPS = {"+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q,
+            "//": lambda p, q: p // q, "%": lambda p, q: p % q, "&": lambda p, q: p & q,
+            "|": lambda p, q: p | q, "^": lambda p, q: p ^ q}
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # the simulator's
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_arithmetic_at_every_dtypes_edges_matches_torch(dtype, device):
+    """Every pair of edge values (min, max, -1, 0, 1, ...) under each op, against
+    PyTorch. uint8 differences below 0 and powers past 255 gave 0: Numba
+    typed the formulas for uint8 in uint64 and then float64, whose wrapped
+    values came back as 0 (0 - 1 was 0, not 255). INT64_MIN // -1 gave 0."""
+    info = np.iinfo(dtype)
+    vals = np.array(sorted({v for v in (info.min, info.min + 1, -3, -1, 0, 1, 2, 3, 100,
+                                        info.max - 1, info.max) if info.min <= v <= info.max}),
+                    dtype)
+    a, b = (v.ravel() for v in np.meshgrid(vals, vals))
+    for name, fn in EDGE_OPS.items():
+        keep = np.ones(a.size, bool)
+        if name in ("//", "%"):
+            keep = (b != 0) & ~((a == info.min) & (b == -1) & (info.bits >= 32))  # torch's SIGFPE
+        x, y = a[keep], b[keep]
+        same(fn(ng.tensor(x, device=device), ng.tensor(y, device=device)),
+             fn(torch.tensor(x), torch.tensor(y)))
+    base, exp = np.array([3, 2, 100, 7], dtype), np.array([100, 7, 2, 5], dtype)
+    same(ng.tensor(base, device=device) ** ng.tensor(exp, device=device),
+         torch.tensor(base) ** torch.tensor(exp))
+    if dtype == np.int64:
+        low = ng.tensor(np.array([info.min, 7]), device=device)
+        same(low // -1, np.array([info.min, -7]))     # wrapped, as torch's floor_divide
+        same(low % -1, np.array([0, 0]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_python_ints_beside_narrow_or_wide_integers_are_exact(device):
+    """A Python int next to an int64 tensor compared and filled through a
+    float (2**53 + 1 == 2**53, 2**63 - 1 overflowed); one outside a narrow
+    dtype leaked NumPy's OverflowError. Now: exact in range, wrapped as
+    PyTorch's for arithmetic and fills, and NumPy 2's exact answer for a
+    comparison with an int outside the dtype (PyTorch wraps it first)."""
+    big = np.array([2 ** 53 + 1, 2 ** 62 + 1, -(2 ** 63)])
+    X, T = ng.tensor(big, device=device), torch.tensor(big)
+    for b in (2 ** 53 + 1, 2 ** 62 + 1, 2 ** 63 - 1, -(2 ** 63), 2 ** 53):
+        for op in ("==", "!=", "<", "<=", ">", ">="):
+            same(eval(f"X {op} b"), eval(f"T {op} b"))
+            same(eval(f"b {op} X"), eval(f"b {op} T"))
+    same(ng.where(ng.tensor([False, True], device=device), ng.tensor([0, 1], device=device),
+                  2 ** 53 + 1), np.array([2 ** 53 + 1, 1]))
+    same(ng.masked_fill(ng.tensor([0], device=device), ng.tensor([True], device=device),
+                        2 ** 53 + 1), np.array([2 ** 53 + 1]))
+    u8 = np.array([0, 5, 255], np.uint8)
+    U, TU = ng.tensor(u8, device=device), torch.tensor(u8)
+    same(U + (-1), TU + (-1))
+    same(U * -1, TU * -1)
+    same(ng.masked_fill(U, U > 0, -1), TU.masked_fill(TU > 0, -1))
+    for b in (-1, 256, -300, 300):
+        for op in ("==", "!=", "<", "<=", ">", ">="):
+            same(eval(f"U {op} b"), eval(f"u8.astype(np.int64) {op} b"))
+    with pytest.raises(OverflowError, match="does not fit"):
+        U + 2 ** 70
+
+
+def test_in_place_arithmetic_may_not_widen_an_integer_or_bool_tensor():
+    """``x /= 2`` on an int64 tensor truncated silently (and gave floats
+    inside a tape); PyTorch refuses it. copy_ and fill_ still cast."""
+    for write in (lambda x: x.div_(2), lambda x: x.mul_(2.5), lambda x: x.add_(0.5),
+                  lambda x: x.__itruediv__(2)):
+        x = ng.tensor([5, -7, 3])
+        with pytest.raises(TypeError, match="float64, which the int64 tensor.*cannot hold"):
+            write(x)
+        same(x, np.array([5, -7, 3]))
+    b = ng.tensor([True, False])
+    with pytest.raises(TypeError, match="int64, which the bool tensor"):
+        b += 1
+    x = ng.tensor([5, -7, 3])
+    x += 1
+    x.fill_(2.7)
+    same(x, np.array([2, 2, 2]))
+    x.copy_(ng.tensor([1.5, -2.5, 3.5]))
+    same(x, np.array([1, -2, 3]))
+
+
+def test_integer_division_of_an_empty_result_checks_no_divisor():
+    """The zero-divisor check ran before broadcasting: an empty result whose
+    divisor held 0 raised, where PyTorch returns the empty result."""
+    zeros = ng.zeros((1, 3), dtype=np.int64)
+    same(ng.zeros((0, 3), dtype=np.int64) // zeros,
+         torch.zeros((0, 3), dtype=torch.int64) // torch.zeros((1, 3), dtype=torch.int64))
+    with pytest.raises(ZeroDivisionError):
+        ng.ones((2, 3), dtype=np.int64) // zeros

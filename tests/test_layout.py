@@ -148,3 +148,19 @@ def test_meshgrid_and_the_mean_pairs_match_torch():
     for g, w in ((v, tv), (m, tm), (s, ts), (m2, tm2)):
         np.testing.assert_allclose(g.numpy(), w.detach().numpy(), rtol=1e-13)
     np.testing.assert_allclose(p.grad, t.grad.numpy(), rtol=1e-12)
+
+
+def test_chunk_of_an_empty_dim_gives_every_part_and_repeats_take_a_tensor():
+    """torch.chunk of a size-0 dim gives ``chunks`` empty parts (here: one);
+    repeat_interleave takes an int64 tensor of counts, and one count for
+    every element (here: an error)."""
+    for shape, dim in (((0,), 0), ((2, 0), 1), ((0, 3), 0)):
+        got = ng.chunk(ng.zeros(shape), 3, dim)
+        want = torch.chunk(torch.zeros(shape), 3, dim)
+        assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in want]
+    x = np.arange(3.0)
+    for reps in (ng.tensor([0, 2, 1]), [2], ng.tensor([3])):
+        theirs = torch.tensor(reps.numpy()) if isinstance(reps, ng.Tensor) else torch.tensor(reps)
+        np.testing.assert_array_equal(
+            ng.repeat_interleave(ng.tensor(x), reps, 0).numpy(),
+            torch.repeat_interleave(torch.tensor(x), theirs, 0).numpy())

@@ -98,3 +98,11 @@ def test_mse_and_bce_logits_reduction_none_match_torch(dev, shape):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-12)
+
+
+def test_nll_loss_over_positions_names_the_callers_position_of_a_bad_label():
+    """(N, C, d1) log-probabilities were flattened before the label check, so
+    its error named target[2] of a (8, 3) input for target[0, 2] of (2, 3, 4)."""
+    with pytest.raises(ValueError, match=r"target\[0, 2\] is class 5, outside \[0, 3\) for "
+                                         r"log_probs of shape \(2, 3, 4\)"):
+        ng.nll_loss(ng.tensor(np.zeros((2, 3, 4))), np.array([[0, 1, 5, 0], [0, 0, 0, 0]]))

@@ -110,3 +110,30 @@ def test_bad_input_raises(case):
         ng.interpolate(ng.param(np.ones((1, 2, 3, 3))), **kw)
     with pytest.raises(ValueError, match="3-D, 4-D or 5-D"):
         ng.interpolate(ng.param(np.ones((3, 3))), size=2)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_nearest_with_a_scale_that_keeps_the_size_picks_pytorchs_rows(rank, mode):
+    """scale_factor=1.09 keeps 10 rows at 10, but PyTorch still picks rows by
+    1 / 1.09 (0, 0, 1, ..., 8), except 2-D "nearest", its identity; the
+    forward skipped every such dim. The gradient adds each output's into the
+    row it picked."""
+    shape = (1, 2) + (10, 7, 5)[:rank]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape)
+    want = torch.nn.functional.interpolate(torch.tensor(x), scale_factor=1.09, mode=mode)
+    g = rng.normal(size=tuple(want.shape))
+    p = ng.param(x)
+    with ng.grad_tape():
+        y = ng.interpolate(p, scale_factor=1.09, mode=mode)
+        loss = ng.sum(y * g)
+    loss.backward()
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
+    # the gradient of picking rows: each output's gradient added into its source
+    marks = np.arange(x.size, dtype=np.float64).reshape(shape)
+    src = torch.nn.functional.interpolate(torch.tensor(marks), scale_factor=1.09,
+                                          mode=mode).numpy().astype(np.int64)
+    grad = np.zeros(x.size)
+    np.add.at(grad, src.ravel(), g.ravel())
+    np.testing.assert_allclose(p.grad, grad.reshape(shape), rtol=1e-12, atol=1e-12)

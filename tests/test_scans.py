@@ -92,7 +92,9 @@ def test_finite_differences(dev, f):
 
 
 def test_indices_like_torch(dev):
-    a = np.array([[1.0, 3.0, 3.0, np.nan, 5.0, 0.0], [2.0, 2.0, 1.0, 2.0, 0.0, 0.0]])
+    """(The third row: a later nan takes the index, a tie, as PyTorch's.)"""
+    a = np.array([[1.0, 3.0, 3.0, np.nan, 5.0, 0.0], [2.0, 2.0, 1.0, 2.0, 0.0, 0.0],
+                  [1.0, np.nan, -np.inf, np.nan, -0.0, np.nan]])
     for name in ("cummax", "cummin"):
         got = getattr(ng, name)(dev.tensor(a), 1)
         want = getattr(torch, name)(torch.tensor(a), 1)

@@ -223,3 +223,15 @@ def test_setitem_with_several_arrays():
     np.testing.assert_array_equal(x.numpy(), a)          # nothing written
     with pytest.raises(IndexDtypeError):
         x[np.array([0, 1]), np.array([1.0, 2.0])] = 9.0
+
+
+def test_scatter_takes_int64_tensor_indices_and_refuses_integer_inputs():
+    """An int64 tensor indexes as its array does (the README's rule; the
+    scatter ops refused one). An integer input became float64 silently,
+    rounding int64 values past 2**53: it is refused with a clear error."""
+    got = ng.scatter_add(ng.zeros(3, dtype=np.float32), 0, ng.tensor([1, 1]),
+                         ng.ones(2, dtype=np.float32))
+    np.testing.assert_array_equal(got.numpy(), np.array([0, 2, 0], np.float32))
+    for x in (ng.tensor([2 ** 53 + 1, 7]), np.array([1, 2], np.int32)):
+        with pytest.raises(TypeError, match="scatter_add: the input is a int"):
+            ng.scatter_add(x, 0, np.array([1]), np.array([1]))

@@ -516,3 +516,71 @@ def test_in_place_writes_inside_a_compiled_function_are_refused():
     with pytest.raises(RuntimeError, match="not replayed by the compiled step"):
         compiled(ng.tensor(np.ones(3)))
     assert not c.numpy().any()
+
+
+def test_backward_refuses_a_condition_written_after_where_read_it(dev: Dev):
+    """``where``'s (and so ``masked_fill``'s) condition tensor counts as an
+    input of the recorded op: written in place before the backward, the
+    backward is refused (PyTorch's version check) rather than route the
+    gradient by the new mask."""
+    p = dev.param(np.ones(4))
+    m = dev.tensor(np.array([True, False, True, False]))
+    with ng.grad_tape():
+        loss = ng.sum(ng.where(m, p, 0.0))
+    m.fill_(True)
+    with pytest.raises(RuntimeError, match="modified in place after it was recorded"):
+        loss.backward()
+    with ng.grad_tape():
+        loss = ng.sum(ng.masked_fill(p, m, 0.0))
+    loss.backward()
+    np.testing.assert_array_equal(dev.host(p.grad), np.zeros(4))
+
+
+INDEXED_READS = {
+    "x[idx]": lambda p, i: ng.sum(p[i]),
+    "gather": lambda p, i: ng.sum(ng.gather(p, 0, ng.reshape(i, (2, 1)) if isinstance(
+        i, ng.Tensor) else i.reshape(2, 1)) * np.array([[1.0], [2.0]])),
+    "embedding": lambda p, i: ng.sum(ng.embedding(i, p)),
+}
+
+
+@pytest.mark.parametrize("kind", ["ndarray", "tensor"])
+@pytest.mark.parametrize("op", sorted(INDEXED_READS))
+def test_indices_written_before_the_backward_do_not_move_the_gradient(op: str, kind: str):
+    """The backward of an indexing op reads its indices again: a caller's
+    index array (or int64 tensor) written between the forward and the
+    backward moved the gradient to the new rows. The recorded op keeps its
+    own copy, so the gradient is the recorded forward's."""
+    idx = np.array([0, 1])
+    index = idx if kind == "ndarray" else ng.tensor(idx)
+    p = ng.param(np.ones((5, 1)))
+    with ng.grad_tape():
+        loss = INDEXED_READS[op](p, index)
+    want = torch.ones((5, 1), dtype=torch.float64, requires_grad=True)
+    torch_loss = {"x[idx]": lambda: want[torch.tensor(idx)].sum(),
+                  "gather": lambda: (torch.gather(want, 0, torch.tensor(idx).reshape(2, 1))
+                                     * torch.tensor([[1.0], [2.0]], dtype=torch.float64)).sum(),
+                  "embedding": lambda: torch.nn.functional.embedding(torch.tensor(idx),
+                                                                     want).sum()}[op]()
+    torch_loss.backward()
+    if kind == "ndarray":
+        idx[:] = [3, 4]
+    else:
+        index.add_(3)
+    loss.backward()
+    np.testing.assert_array_equal(p.grad, want.grad.numpy())
+
+
+def test_writes_into_a_broadcast_view_are_refused():
+    """An expanded view's elements share memory: a write kept whichever
+    element came last (PyTorch refuses it too). (On CUDA a strided view is
+    a copy.)"""
+    c = ng.tensor(np.arange(3.0))
+    e = c.expand(2, 3)
+    for write in (lambda: e.add_(1.0), lambda: e.__setitem__((0, 0), 100.0),
+                  lambda: ng.broadcast_to(c, (4, 3)).mul_(2.0)):
+        with pytest.raises(RuntimeError, match="broadcast view"):
+            write()
+    np.testing.assert_array_equal(c.numpy(), np.arange(3.0))
+    c[None].add_(1.0)       # a size-1 dim shares no element
+    np.testing.assert_array_equal(c.numpy(), np.arange(3.0) + 1)

@@ -227,8 +227,9 @@ class CompiledStep:
         host = all(t.device == "cpu" for t in outputs or [loss]) and devices <= {"cpu"}
         reason = ""    # (not host: Python replay)
         try:
-            if rec.eager_only:
-                raise _Unsupported(rec.eager_only)
+            why = rec.eager_only or rec.from_arguments(args)
+            if why:
+                raise _Unsupported(why)
             prog = _analyze(rec, args, loss, params, host, outputs)
             prog.pack = pack
         except Exception as exc:  # noqa: BLE001 (whatever fails, the call itself is done)
@@ -500,7 +501,12 @@ def compile(fn: Callable, optimizer: Any = None, *, verify: bool = True,
     ValueError, naming the op) with params, gradients and the optimizer
     untouched (and a cross_entropy target holding ``ignore_index``, which
     the replay cannot express, is computed eagerly; a call recorded with
-    one replays no other, unless it ignored every label). A verifying call
+    one replays no other, unless it ignored every label). Ops that turn an
+    argument's values into positions on the host (``x[i, j]`` with several
+    index arrays, ``x[mask]``, ``masked_select``, ``one_hot``,
+    ``repeat_interleave`` with per-element counts, each given an argument)
+    make their signature run eagerly on every call, with a RuntimeWarning:
+    a replay would keep the first call's positions. A verifying call
     that fails these checks runs eagerly too, rather than compare the graph
     eager mode builds for it. CUDA device indices and labels are checked by
     their kernels, which raise after their launch.

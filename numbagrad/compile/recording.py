@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from .. import kernels
 from ..tensor import Tensor
 
@@ -40,6 +42,9 @@ class _Recording:
         # allow), every value in [low, high) and not exclude, or allow.
         self.checks: list[tuple[Any, int, int, int | None, int | None]] = []
         self.eager_only = ""             # why no replay may run this recording, if one may not
+        # (host arrays, why): ops that made positions from these on the host, which
+        # no replay may repeat when one is an argument's (``from_arguments``)
+        self.host_positions: list[tuple[tuple, str]] = []
 
     def kernel(self, fn: Callable, name: str, args: tuple) -> None:
         if threading.get_ident() == self.thread:
@@ -65,11 +70,32 @@ class _Recording:
         if threading.get_ident() == self.thread:
             self.copies[id(copy)] = (copy, source)
 
-    def unreplayable(self, why: str) -> None:
+    def unreplayable(self, why: str, sources: tuple | None = None) -> None:
         """An op computed something from this call's argument values that a
-        replay would keep as a constant: every call of the signature runs eagerly."""
+        replay would keep as a constant: every call of the signature runs
+        eagerly. With ``sources``, only if one of them is an argument's data
+        (``from_arguments``)."""
         if threading.get_ident() == self.thread:
-            self.eager_only = why
+            if sources is None:
+                self.eager_only = why
+            else:
+                self.host_positions.append((sources, why))
+
+    def from_arguments(self, args: tuple) -> str:
+        """Why the recording may not be replayed: an op made host positions
+        from an argument's data (the array, a view of it or a host copy);
+        "" when none did."""
+        datas = [a._data if isinstance(a, Tensor) else a for a in args]
+        datas = [d for d in datas if isinstance(d, np.ndarray)]
+        for sources, why in self.host_positions:
+            for s in sources:
+                if any(s is a for a in args):
+                    return why
+                root = _copied_from(self, s) if isinstance(s, np.ndarray) else None
+                s = root if root is not None else s
+                if isinstance(s, np.ndarray) and any(np.shares_memory(s, d) for d in datas):
+                    return why
+        return ""
 
     def checked(self, array: Any, low: int, high: int, exclude: int | None,
                 allow: int | None) -> None:

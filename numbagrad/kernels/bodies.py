@@ -193,12 +193,13 @@ def cumprod_backward_lane(x, y, gout, dest, beta, o, i):
 
 def cumextrema_lane(x, out, idx, want_max, o, i):
     """Running max (min) along the lane and where it was taken: ties take
-    the later index and nan sticks once seen, as PyTorch's cummax/cummin."""
+    the later index and nan sticks once seen, a later nan taking over its
+    index (a tie), as PyTorch's cummax/cummin."""
     best = 0.0
     at = 0
     for k in range(x.shape[1]):
         v = x[o, k, i]
-        if k == 0 or (best == best and (v != v or (v >= best if want_max else v <= best))):
+        if k == 0 or v != v or (best == best and (v >= best if want_max else v <= best)):
             best = v
             at = k
         out[o, k, i] = best

@@ -23,7 +23,10 @@ class MultiheadAttention(Module):
     embed_dim): ``in_proj_weight`` (3E, E) drawn with xavier_uniform_,
     ``in_proj_bias`` (3E,) and ``out_proj.bias`` zero, ``out_proj.weight`` a
     ``Linear``'s default; all from ``rng`` (a fresh Generator when None).
-    ``dropout`` applies to the attention probabilities in training mode only."""
+    ``dropout`` applies to the attention probabilities in training mode only.
+    ``batch_first`` defaults to True, (N, L, E) inputs as every other layer
+    here takes, where PyTorch's defaults to False: code written for
+    PyTorch's (L, N, E) layout passes ``batch_first=False``."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  batch_first: bool = True, *, dtype: Any = None, device: str = "cpu",

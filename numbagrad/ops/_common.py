@@ -145,9 +145,24 @@ def real_number(value: Any, op: str, what: str) -> float:
     return float(value)
 
 
+def int_scalar(value: Any, dtype: np.dtype, op: str) -> Any:
+    """An integral number as a scalar of the integer (or bool) ``dtype``,
+    exactly (never through a float: 2**53 + 1 stays itself), wrapped as
+    PyTorch wraps a Python int beside a narrower integer tensor (uint8 - 1
+    is 255); a number outside int64 and uint64 raises a clear error."""
+    try:
+        wide = np.array(value, np.uint64 if value > np.iinfo(np.int64).max else np.int64)
+    except OverflowError:
+        raise OverflowError(f"{op}: the integer {value} does not fit a {dtype} tensor (nor "
+                            "int64)") from None
+    return wide.astype(dtype)[()]
+
+
 def _number_like(value: Any, dtype: np.dtype, kern: ModuleType) -> Tensor:
-    """A number as a 0-d tensor of ``dtype`` on ``kern``'s device."""
-    host = np.array(value, dtype)
+    """A number as a 0-d tensor of ``dtype`` on ``kern``'s device (an integral
+    one wrapped into an integer dtype as PyTorch's, ``int_scalar``)."""
+    host = np.array(int_scalar(value, dtype, "a tensor op") if dtype.kind in "iub"
+                    and isinstance(value, numbers.Integral) else value, dtype)
     return Tensor(host if kern.name == "cpu" else kernels.from_host(kern, host), kern)
 
 

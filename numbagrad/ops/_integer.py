@@ -32,12 +32,14 @@ def binary(code: int, a: Tensor, b: Tensor, op: str) -> Tensor:
     if dtype == _BOOL and code not in _BOOL_OK:
         raise TypeError(f"{op}: not defined for two bool tensors ({describe(a)} and "
                         f"{describe(b)}); convert them with .long()")
-    if code in _DIVIDES and not b.numpy().all():
+    shape = broadcast_shape(a.shape, b.shape, op)
+    # (an empty result reads no divisor and no exponent, as PyTorch's)
+    empty = 0 in shape
+    if code in _DIVIDES and not empty and not b.numpy().all():
         raise ZeroDivisionError(f"{op}: integer division by zero (divisor of {describe(b)})")
-    if code == ic.POW and (b.numpy() < 0).any():
+    if code == ic.POW and not empty and (b.numpy() < 0).any():
         raise ValueError(f"{op}: integers to negative integer powers are not allowed "
                          f"(exponent of {describe(b)}); use floats")
-    shape = broadcast_shape(a.shape, b.shape, op)
     kern, rank = a._kern, max(len(shape), RANK)
     out = buffers.take(kern, shape, dtype)
     kernels.call(kern, "int_binary", out.size, code, _padded(contiguous(a), rank),

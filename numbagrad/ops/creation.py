@@ -345,6 +345,9 @@ def one_hot(indices: Any, num_classes: int = -1, *, dtype: Any = None,
         raise ValueError(f"one_hot: indices must lie in [0, {n}), got [{host.min()}, "
                          f"{host.max()}]")
     dt = float_dtype(dtype, "one_hot")
+    if kernels._observer is not None:
+        from .indexing import _note_unreplayable
+        _note_unreplayable("one_hot builds its tensor from the indices on the host", (host,))
     return _from_host(np.arange(max(n, 0)) == host[..., None], dt, device, False)
 
 

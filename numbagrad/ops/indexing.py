@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range, index_error
-from ..tape import Node, _Backward
+from ..tape import Node, _Backward, is_grad_enabled
 from ..tensor import Tensor
 from ._common import (IndexDtypeError, alias, axis_of, copy_strided, describe, index_data, ones,
                       operand, permuted, reshaped, result)
@@ -109,6 +109,12 @@ def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> 
         raise index_error(op, host, bad, low, high, axis)
     checked = host if host.dtype == np.int64 and (kern.name != "cpu" or host.flags.c_contiguous) \
         else _as_int64(host)
+    if checked is host and kern.name == "cpu" and is_grad_enabled() \
+            and kernels._observer is None:
+        # the caller's own array (or a tensor's data), which the backward reads: a
+        # private copy, so that writing it before the backward cannot move the
+        # gradient (ng.compile's recording runs the backward in the same call)
+        checked = _int64_copy(host)
     if kernels._observer is not None:
         _note_checked(checked, low, high)
     if kern.name == "cpu":
@@ -130,13 +136,15 @@ def _note_checked(host: np.ndarray, low: int, high: int, exclude: int | None = N
         note(host, low, high, exclude, allow)
 
 
-def _note_unreplayable(why: str) -> None:
+def _note_unreplayable(why: str, sources: tuple | None = None) -> None:
     """Tell ``ng.compile``'s recorder (when one listens) that the op used this
     call's host integers in a way no replay repeats (``why``): the step runs
-    eagerly for this signature."""
+    eagerly for this signature; with ``sources`` (the host arrays the op
+    read), only when one of them is (or is a host copy of) an argument's
+    data, since arrays ``fn`` makes itself are constants of the recording."""
     note = getattr(kernels._observer, "unreplayable", None)
     if note is not None:
-        note(why)
+        note(why, sources)
 
 
 @kernels.host_copy
@@ -144,6 +152,11 @@ def _as_int64(host: np.ndarray) -> np.ndarray:
     """A C-contiguous int64 copy of host indices (``ng.compile`` records which
     argument such a copy came from)."""
     return np.ascontiguousarray(host, np.int64)
+
+
+def _int64_copy(host: np.ndarray) -> np.ndarray:
+    """A new C-contiguous int64 copy of host indices (``_as_int64``, always a copy)."""
+    return np.array(host, np.int64, order="C")
 
 
 # ------------------------------------------------------------ x[key]
@@ -237,6 +250,7 @@ def _masked(x: Tensor, mask: np.ndarray) -> Tensor:
         raise IndexError(f"x[mask]: a boolean mask of shape {mask.shape} does not match the "
                          f"leading dims of a tensor of {describe(x)}")
     flat = np.flatnonzero(mask)
+    _note_unreplayable("x[mask] turns the mask into positions on the host", (mask,))
     rows = reshape(x, (int(np.prod(x.shape[:k], dtype=np.int64)),) + x.shape[k:])
     return getitem(rows, flat)
 
@@ -353,6 +367,8 @@ def _several(x: Tensor, key: Any) -> Tensor:
     flat = np.zeros(shape, np.int64)
     for dd, h in arrays:
         flat = flat * x.shape[dd] + h
+    _note_unreplayable("x[key] with several index arrays combines them on the host",
+                       tuple(item for item in full if _is_index_array(kern, item)))
     order = tuple(dims + rest)
     moved = x if order == tuple(range(x.ndim)) else _permute(x, *order)
     merged = reshape(moved, (int(np.prod([x.shape[dd] for dd in dims])),)

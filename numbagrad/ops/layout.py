@@ -12,6 +12,7 @@ sizes); where NumPy differs the docstring says so.
 """
 from __future__ import annotations
 
+import numbers
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -20,8 +21,8 @@ import numpy as np
 
 from .. import kernels
 from ..tensor import Tensor
-from ._common import axis_of, describe, is_scalar, operand
-from .indexing import getitem
+from ._common import axis_of, describe, int_scalar, is_scalar, operand
+from .indexing import _note_unreplayable, getitem
 from .join import cat, pad, split
 from .masks import where
 from .shape import broadcast_to, permute, reshape
@@ -114,7 +115,8 @@ def masked_fill(x: Any, mask: Any, value: float) -> Tensor:
     if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and x.device != "cpu":
         mask = Tensor(kernels.from_host(x._kern, np.ascontiguousarray(mask)), x._kern)
     if x.dtype.kind in "biu" and is_scalar(value):     # x's dtype, as PyTorch's
-        value = x.dtype.type(value)
+        value = int_scalar(value, x.dtype, "masked_fill") \
+            if isinstance(value, numbers.Integral) else x.dtype.type(value)
     return where(mask, value, x)
 
 
@@ -130,8 +132,10 @@ def chunk(x: Any, chunks: int, dim: int = 0) -> list[Tensor]:
         raise ValueError("chunk: a 0-d tensor cannot be chunked")
     a = axis_of(dim, x.ndim, "chunk", "dim")
     n = x.shape[a]
-    size = -(-n // parts) if n else 1
-    return split(x, list(range(size, n, size)), a) if n else [x]
+    if not n:    # as many empty parts as asked for, as torch's
+        return [x] + [getitem(x, (slice(None),) * a + (slice(0, 0),)) for _ in range(parts - 1)]
+    size = -(-n // parts)
+    return split(x, list(range(size, n, size)), a)
 
 
 def unflatten(x: Any, dim: int, sizes: Any) -> Tensor:
@@ -179,6 +183,8 @@ def repeat_interleave(x: Any, repeats: Any, dim: int | None = None) -> Tensor:
         x, dim = reshape(x, (x.size,)), 0
     a = axis_of(dim, x.ndim, "repeat_interleave", "dim")
     n = x.shape[a]
+    if isinstance(repeats, Tensor) and repeats.dtype.kind in "iu":
+        repeats = repeats.numpy()     # an int64 tensor of counts, as torch's
     counts = _ints(repeats, "repeat_interleave", "repeats")
     if any(c < 0 for c in counts):
         raise ValueError(f"repeat_interleave: repeats must be >= 0, got {repeats!r}")
@@ -187,9 +193,13 @@ def repeat_interleave(x: Any, repeats: Any, dim: int | None = None) -> Tensor:
         spread = reshape(x, x.shape[:a + 1] + (1,) + x.shape[a + 1:])
         wide = broadcast_to(spread, x.shape[:a + 1] + (r,) + x.shape[a + 1:])
         return reshape(wide, x.shape[:a] + (n * r,) + x.shape[a + 1:])
+    if len(counts) == 1 and n != 1:
+        counts = counts * n           # one count for every element, as torch's
     if len(counts) != n:
         raise ValueError(f"repeat_interleave: {len(counts)} repeats for dim {a} of size {n}")
     index = np.repeat(np.arange(n, dtype=np.int64), counts)
+    _note_unreplayable("repeat_interleave turns per-element repeats into positions on the host",
+                       (repeats,))
     return getitem(x, (slice(None),) * a + (index,))
 
 

@@ -222,6 +222,15 @@ def _nll_loss_positions(x: Tensor, target: Any, reduction: str, ignore_index: in
     if isinstance(target, np.ndarray) and target.shape != want:
         raise ValueError(f"nll_loss: target has shape {target.shape} but log_probs of shape "
                          f"{x.shape} need {want}")
+    if isinstance(target, np.ndarray) and target.dtype.kind in "iu":
+        # checked here, so the error names the caller's position and shapes
+        classes = x.shape[1]
+        bad = np.flatnonzero((target != ignore_index) & ((target < 0) | (target >= classes)))
+        if bad.size:
+            where = tuple(int(i) for i in np.unravel_index(bad[0], target.shape))
+            raise ValueError(f"nll_loss: target[{', '.join(map(str, where))}] is class "
+                             f"{target[where]}, outside [0, {classes}) for log_probs of shape "
+                             f"{x.shape} (and not ignore_index {ignore_index})")
     rows = shape_ops.reshape(shape_ops.permute(x, 0, *range(2, x.ndim), 1), (-1, x.shape[1]))
     flat = target.reshape(-1) if isinstance(target, np.ndarray) else target
     loss = nll_loss(rows, flat, reduction, ignore_index)

@@ -9,16 +9,17 @@ compiles once per dtype (integer and bool ones too), not per rank.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
 
 from .. import _dtypes, buffers, kernels
 from ..kernels.cpu.masks import EQ, GE, GT, LE, LT, NE, RANK
-from ..tape import Node, _Backward
+from ..tape import Node, _Backward, is_grad_enabled
 from ..tensor import _FLOATS, Tensor
-from ._common import (broadcast_shape, cast, contiguous, describe, is_scalar, ones, operand, pair,
-                      reshaped, result, scalar_of)
+from ._common import (broadcast_shape, cast, contiguous, describe, int_scalar, is_scalar, ones,
+                      operand, pair, reshaped, result, scalar_of)
 
 _BOOL = np.dtype(np.bool_)
 _NAMES = {LT: "lt", LE: "le", GT: "gt", GE: "ge", EQ: "eq", NE: "ne"}
@@ -48,24 +49,52 @@ def _compare(code: int, a: Any, b: Any) -> Tensor:
         x = operand(a, op, ints=True)
         if x._data.dtype.kind != "f":     # an int tensor beside 2.5 compares in floats
             x = cast(x, _dtypes.result_type(x, b))
-        s, y = float(b), x
+        y = x
+        if x._data.dtype.kind in "iu" and isinstance(b, numbers.Integral):
+            code, s = _exact(code, int(b), x._data.dtype)
+        else:
+            s = scalar_of(x.dtype, float(b))
     else:
         x, y = pair(a, b, op, ints=True)
-        s = 0.0
+        s = scalar_of(x.dtype, 0.0)
     shape = broadcast_shape(x.shape, y.shape, op)
     kern, rank = x._kern, max(len(shape), RANK)
     out = buffers.take(kern, shape, _BOOL)
     kernels.call(kern, "compare", out.size, code, _padded(contiguous(x), rank),
-                 _padded(contiguous(y), rank), _padded(out, rank), scalar_of(x.dtype, s),
-                 with_scalar)
+                 _padded(contiguous(y), rank), _padded(out, rank), s, with_scalar)
     return _mask(out, kern)
+
+
+def _fill_value(v: Any, dtype: np.dtype) -> Any:
+    """``where``'s scalar as a ``dtype`` scalar: an integral one into an
+    integer dtype exactly (2**53 + 1 stays itself) and wrapped as PyTorch's."""
+    if dtype.kind in "iub" and isinstance(v, numbers.Integral):
+        return int_scalar(v, dtype, "where")
+    return scalar_of(dtype, float(v))
+
+
+def _exact(code: int, b: int, dtype: np.dtype) -> tuple[int, Any]:
+    """The comparison ``x <code> b`` of integers of ``dtype`` with the
+    integer ``b`` as (code, scalar of dtype): b itself (never through a float,
+    which rounds above 2**53), or, for a b outside the dtype's range, a
+    comparison with its nearest end that every x answers alike (NumPy 2's
+    exact answer: uint8 x == -1 is False, where PyTorch wraps -1 to 255)."""
+    info = np.iinfo(dtype)
+    if b > info.max:      # x < b holds for every x
+        return (LE if code in (LT, LE, NE) else GT), dtype.type(info.max)
+    if b < info.min:      # x > b holds for every x
+        return (GE if code in (GT, GE, NE) else LT), dtype.type(info.min)
+    return code, dtype.type(b)
 
 
 def lt(a: Any, b: Any) -> Tensor:
     """a < b elementwise with broadcasting: a boolean tensor (no gradient).
 
     A Python scalar is compared in the tensor's dtype, as PyTorch and NumPy
-    2 do; tensors of different dtypes are an error (PyTorch would promote).
+    2 do, an integer one exactly; an integer outside an integer tensor's
+    range gives NumPy 2's exact answer (uint8 x < 256 is all True), where
+    PyTorch wraps it into the dtype first (256 becomes 0). Tensors of
+    different dtypes are an error (PyTorch would promote).
     """
     return _compare(LT, a, b)
 
@@ -100,14 +129,18 @@ def _condition(cond: Any, kern: Any) -> Tensor:
     the condition's own)."""
     if isinstance(cond, Tensor):
         t = cond
-    elif kern is not None and kern.is_device_array(cond) and cond.dtype == _BOOL:
-        t = Tensor(cond, kern)
     elif isinstance(cond, np.ndarray) and cond.dtype == _BOOL:
         if kern is not None and kern.name != "cpu":
             raise ValueError(f"where: the condition is a host array (shape {cond.shape}) but "
                              f"the values are on {kern.name}; pass a comparison's result or "
                              "a cuda tensor")
-        t = Tensor(np.ascontiguousarray(cond), kernels.get("cpu"))
+        # the backward reads the condition: while recording, a private copy, so
+        # that writing the caller's array before it cannot move the gradient
+        # (ng.compile's recording runs the backward in the same call)
+        t = Tensor(np.array(cond, order="C") if is_grad_enabled() and kernels._observer is None
+                   else np.ascontiguousarray(cond), kernels.get("cpu"))
+    elif kern is not None and kern.is_device_array(cond) and cond.dtype == _BOOL:
+        t = Tensor(cond, kern)
     else:
         raise TypeError(f"where: the condition must be a boolean tensor or array (a "
                         f"comparison such as x > 0), got {_what(cond)}")
@@ -163,11 +196,12 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     pa = o if sa else datas[0]
     pb = o if sb else datas[-1]
     mode = (1 if sa else 0) | (2 if sb else 0)
-    kernels.call(kern, "where", out.size, cd, pa, pb, o,
-                 scalar_of(dtype, float(a) if sa else 0.0),
-                 scalar_of(dtype, float(b) if sb else 0.0), mode)
+    kernels.call(kern, "where", out.size, cd, pa, pb, o, _fill_value(a if sa else 0, dtype),
+                 _fill_value(b if sb else 0, dtype), mode)
     picks = (True, False) if len(values) == 2 else ((False,) if sa else (True,))
-    return result(out, kern, values, _where_backward, (cd, shape, picks))
+    # the condition rides along as the last input (picks leave it out): a write into
+    # it before the backward is refused, as any input's (tape._check_unmodified)
+    return result(out, kern, values + (c,), _where_backward, (cd, shape, picks))
 
 
 def _where_backward(ctx: _Backward, node: Node, gout: Any) -> None:

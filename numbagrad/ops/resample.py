@@ -7,7 +7,11 @@ integer array (``x[..., idx]``: the gradient adds repeated rows up);
 "linear", "bilinear" and "trilinear" multiply by a small (out, in) matrix
 per dim, whose row o holds the two weights of output o's neighbours (one
 GEMM per dim, exact: the other entries are zeros). A dim whose size does
-not change is PyTorch's identity and is skipped.
+not change is skipped where PyTorch's is the identity: the linear modes and
+2-D "nearest"; the other nearest modes pick rows by ``1 / scale_factor``
+even then (scale 1.09 on 10 rows: 0, 0, 1, ..., 8), as PyTorch's forward.
+The gradient is that of the rows picked (PyTorch's backward passes such a
+dim's gradient through unchanged, which is not its forward's).
 """
 from __future__ import annotations
 
@@ -127,10 +131,12 @@ def interpolate(x: Any, size: Any = None, scale_factor: Any = None, mode: str = 
     y = x
     for d in range(x.ndim - 1, 1, -1):    # the last dim first, as a GEMM from the right
         n_in, n_out, scale = x.shape[d], out_sizes[d - 2], scales[d - 2]
-        if n_in == n_out:
-            continue
+        if n_in == n_out and (not nearest or (mode == "nearest" and x.ndim == 4)):
+            continue    # PyTorch's identity (its 2-D "nearest" too, whatever the scale)
         if nearest:
             idx = _nearest(n_in, n_out, scale, mode == "nearest-exact")
+            if n_in == n_out and np.array_equal(idx, np.arange(n_in)):
+                continue
             y = getitem(y, (slice(None),) * d + (idx,))
             continue
         a = _linear(n_in, n_out, scale, align, y.dtype)

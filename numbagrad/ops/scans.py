@@ -159,8 +159,8 @@ def _cumextremum_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 def cummax(x: Any, axis: Any = None, *, dim: Any = None) -> CummaxResult:
     """The running maximum along ``axis`` (alias ``dim``) and where each was
     taken, the named tuple ``(values, indices)`` of ``torch.cummax``: ties
-    take the later index, and nan, once seen, is the maximum (its index
-    kept), as PyTorch's. Indices are int64 arrays as ``argmax``'s (NumPy on
+    take the later index, and nan, once seen, is the maximum (a later nan
+    takes its index, a tie), as PyTorch's. Indices are int64 arrays as ``argmax``'s (NumPy on
     "cpu", a device array on "cuda"); the values' gradient goes to the
     element each value came from."""
     return _cumextremum(x, _dim("cummax", axis, dim), True, "cummax")

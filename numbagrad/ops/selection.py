@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import buffers, kernels
+from .. import _dtypes, buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range, index_error
 from ..kernels.cpu.scatter import ASSIGN, MAXIMUM, MINIMUM, MULTIPLY
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from . import creation, indexing, masks, shape
-from ._common import (IndexDtypeError, axis_of, broadcast_shape, copy_strided, describe, ones,
-                      operand, permuted, reshaped, result, scalar_of)
+from ._common import (IndexDtypeError, axis_of, broadcast_shape, copy_strided, describe,
+                      index_data, ones, operand, permuted, reshaped, result, scalar_of)
 
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
@@ -85,8 +85,15 @@ def _valued_backward(ctx: _Backward, node: Node, gout: Any) -> None:
 def _prepare(x: Any, dim: Any, index: Any, src: Any, op: str) -> tuple:
     """(x, dim, checked int64 indices, src cut to the index's shape, whether a
     dim was hit) after PyTorch's checks: index of x's rank, at most src's
-    size along every dim and x's along the others, values in [0, n)."""
+    size along every dim and x's along the others, values in [0, n). The
+    scatter ops compute in floats: an integer or bool input is refused (it
+    became float64, which rounds int64 values past 2**53)."""
+    if isinstance(x, (Tensor, np.ndarray)) and not _dtypes.is_float(x.dtype):
+        raise TypeError(f"{op}: the input is a {x.dtype} tensor (shape {x.shape}); the scatter "
+                        f"ops take float tensors here (PyTorch also takes integers): convert "
+                        f"it with .double() (exact up to 2**53) or .float()")
     x = operand(x, op)
+    index = index_data(index)     # an int64 tensor indexes as its array does
     if x.ndim == 0:
         raise ValueError(f"{op}: needs a tensor of at least 1 dim, got {describe(x)}")
     a = axis_of(dim, x.ndim, op, "dim")
@@ -258,6 +265,8 @@ def masked_select(x: Any, mask: Any) -> Tensor:
     full = broadcast_shape(tuple(x.shape), host.shape, op)
     xb = x if tuple(x.shape) == full else shape.broadcast_to(x, full)
     flat = shape.reshape(xb, (math.prod(full),))
+    indexing._note_unreplayable("masked_select turns the mask into positions on the host",
+                                (host,))
     return indexing.getitem(flat, np.flatnonzero(np.broadcast_to(host, full)))
 
 

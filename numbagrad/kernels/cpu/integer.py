@@ -16,6 +16,7 @@ from __future__ import annotations
 
 __all__ = ["int_binary", "int_reduce", "int_unary"]   # the kernels this module registers
 
+import numpy as np
 from numba import njit
 
 from .masks import offset
@@ -23,6 +24,7 @@ from .masks import offset
 (ADD, SUB, MUL, MAX, MIN, FLOORDIV, REMAINDER, FMOD, TRUNCDIV, POW, AND, OR, XOR, SHL,
  SHR) = range(15)
 N_BINARY = 15
+_ZERO = np.int64(0)
 NEG, ABS, SIGN, INVERT, NOT = range(5)
 N_UNARY = 5
 SUM, PROD, RMAX, RMIN, ARGMAX, ARGMIN = range(6)
@@ -31,7 +33,18 @@ N_REDUCE = 6
 
 def int_scalar(code, x, y):
     """x <op> y for integer binary ``code`` (y != 0 for the divisions, y >= 0
-    for POW: the op checks)."""
+    for POW: the op checks), in int64 for every integer dtype: Numba widens
+    uint8 to uint64, and uint64 next to an int64 literal to float64, whose
+    wrapped results (0 - 1) came back as 0 once cast to uint8. int64
+    results wrap as the store into ``out`` does. (Widened by adding an int64
+    0, not by a cast: the CUDA simulator's cast gives a Python int, which
+    does not wrap.)"""
+    x = x + _ZERO
+    y = y + _ZERO
+    if y == -1 and code >= FLOORDIV and code <= TRUNCDIV:
+        # INT64_MIN / -1 overflows (LLVM's sdiv is undefined there): the
+        # quotient is -x, wrapped as PyTorch's, and the remainder 0
+        return -x if code == FLOORDIV or code == TRUNCDIV else x - x
     if code == ADD:
         return x + y
     if code == SUB:

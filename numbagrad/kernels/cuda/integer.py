@@ -5,7 +5,8 @@ from __future__ import annotations
 
 __all__ = ["int_binary", "int_reduce", "int_unary"]   # the kernels this module registers
 
-from numba import cuda, int32, int64
+import numpy as np
+from numba import config, cuda, int32, int64
 
 from ..cpu.integer import N_BINARY, N_REDUCE, N_UNARY, int_reduce_row, int_scalar, \
     int_unary_scalar
@@ -17,6 +18,16 @@ _unary_scalar = cuda.jit(device=True)(int_unary_scalar)
 _reduce_row = cuda.jit(device=True)(int_reduce_row)
 _offset = cuda.jit(device=True)(offset)
 _INTS = (int32, int64)    # the dtypes compiled ahead for the PTX check
+
+if config.ENABLE_CUDASIM:
+    def _narrow(v, like):
+        """``v`` (int64) wrapped into ``like``'s dtype: the simulator's store of
+        an out-of-range NumPy int64 raises, where a GPU's truncates."""
+        return np.array(v).astype(like.dtype)[()]
+else:
+    @cuda.jit(device=True)
+    def _narrow(v, like):
+        return v
 
 
 def _n(dt):
@@ -30,7 +41,7 @@ def _int_binary_source(config: Config, dtype):
         k = cuda.grid(1)
         stride = cuda.gridsize(1)
         while k < o.size:
-            o[k] = _scalar(code, av[_offset(k, out, a)], bv[_offset(k, out, b)])
+            o[k] = _narrow(_scalar(code, av[_offset(k, out, a)], bv[_offset(k, out, b)]), o)
             k += stride
 
     return int_binary_kernel
