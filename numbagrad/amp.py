@@ -73,17 +73,22 @@ class GradScaler:
             return optimizer.step()
         if optimizer.pending_steps + 1 < optimizer.accumulate_steps:
             return optimizer.step()
+        masters = getattr(optimizer, "_masters", None)   # half params' float32 masters
+        if masters is not None:
+            masters.sync_flags()    # the backward flagged the half params, not the masters
         grads = [p for p in optimizer.params if p._live]
         inv = 1.0 / self._scale
         found = False
-        for p in grads:
-            host = kernels.to_host(p._kern, p._acc)
-            if not np.isfinite(host.astype(np.float32)).all():
+        for p in grads:     # (the accumulators are float32 or float64: checked as they are)
+            if not np.isfinite(kernels.to_host(p._kern, p._acc)).all():
                 found = True
                 break
         self._found_inf = found
         if found:
             optimizer._window.discard("grad")
+            if masters is not None:
+                for half, m in masters.pairs:
+                    half._live = m._live
             return False
         for p in grads:
             _scale_in_place(p, inv)
@@ -95,9 +100,8 @@ class GradScaler:
         unless a window boundary was stepped since the last update."""
         if not self._enabled:
             return
-        if new_scale is not None:
+        if new_scale is not None:     # (the growth count runs on, as PyTorch's)
             self._scale = float(new_scale)
-            self._growth_tracker = 0
         elif self._found_inf is not None:
             if self._found_inf:
                 self._scale *= self._backoff_factor

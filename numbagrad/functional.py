@@ -201,10 +201,10 @@ def _leaf(a: Any, i: int, op: str) -> tuple[Tensor, str]:
     if isinstance(a, (bool, np.bool_)) or not isinstance(a, (np.ndarray, np.floating, float)):
         raise TypeError(f"{op}: argument {i} must be a float Tensor, NumPy array or float "
                         f"to be differentiated, got {_kind(a)}")
-    if isinstance(a, float):
+    if isinstance(a, float) and not isinstance(a, np.floating):
         array = np.asarray(a, dtype=get_default_dtype())
-    else:
-        array = np.ascontiguousarray(a)
+    else:     # (np.ascontiguousarray would make a 0-d array or a NumPy scalar 1-d)
+        array = np.asarray(a, order="C")
     if array.dtype not in (np.float32, np.float64):
         raise TypeError(f"{op}: argument {i} is a {array.dtype} array; gradients need "
                         f"float32 or float64 inputs")
@@ -286,6 +286,9 @@ def _in_range(nums: tuple[int, ...], n: int, argnums: Any, op: str) -> tuple[int
             raise ValueError(f"{op}: argnums {argnums!r} is out of range for a call with "
                              f"{n} positional argument(s)")
         out.append(k % n)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: argnums {argnums!r} names an argument twice (as torch.func, "
+                         f"argnums must be unique)")
     return tuple(out)
 
 

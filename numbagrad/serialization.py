@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _dtypes
 from ._atomic import O_BINARY as _O_BINARY
 from ._atomic import create_temporary, remove_stale_temporaries
 from .tensor import Tensor
@@ -78,10 +79,17 @@ class _Encoder:
             return {"float": x.hex()}
         raise AssertionError(x)  # pragma: no cover
 
+    def tagged(self, tag: str, a: np.ndarray, where: str) -> dict:
+        """``{tag: member}``; a bfloat16 array (whose .npy dtype reads back as
+        raw bytes, |V2) is stored as its uint16 bits under "bfloat16_" + tag."""
+        if _dtypes.BFLOAT16 is not None and a.dtype == _dtypes.BFLOAT16:
+            return {"bfloat16_" + tag: self.array(np.asarray(a, order="C").view(np.uint16), where)}
+        return {tag: self.array(a, where)}
+
     def encode(self, obj: Any, where: str) -> Any:
         # NumPy scalars first: np.float64 is a float and np.bool_ is not a bool.
         if isinstance(obj, np.generic):
-            return {"scalar": self.array(np.asarray(obj), where)}
+            return self.tagged("scalar", np.asarray(obj), where)
         if obj is None or isinstance(obj, (bool, int, float, str)):
             return self.scalar(obj, where)
         if isinstance(obj, complex):
@@ -89,9 +97,9 @@ class _Encoder:
         if isinstance(obj, (bytes, bytearray)):
             return {"bytes": self.array(np.frombuffer(bytes(obj), np.uint8), where)}
         if isinstance(obj, Tensor):
-            return {"array": self.array(obj.numpy(), where)}
+            return self.tagged("array", obj.numpy(), where)
         if isinstance(obj, np.ndarray):
-            return {"array": self.array(obj, where)}
+            return self.tagged("array", obj, where)
         if hasattr(obj, "copy_to_host") and hasattr(obj, "shape"):   # a Numba device array
             return {"array": self.array(np.asarray(obj.copy_to_host()), where)}
         if isinstance(obj, (Mapping, list, tuple)):
@@ -138,12 +146,20 @@ def _decode(node: Any, arrays: Mapping[str, np.ndarray], used: set[str]) -> Any:
         if len(_expect(value, list, tag)) != 2:
             raise _Corrupt(f"a 'complex' entry holds {value!r:.80}, not two parts")
         return complex(*(float.fromhex(_expect(x, str, tag)) for x in value))
-    if tag in ("array", "scalar", "bytes"):
+    if tag in ("array", "scalar", "bytes", "bfloat16_array", "bfloat16_scalar"):
         name = f"a{_expect(value, int, tag)}"
         if name not in arrays or name in used:
             raise _Corrupt(f"array member {name!r} is missing or used twice")
         used.add(name)
         a = arrays[name]
+        if tag.startswith("bfloat16_"):
+            if a.dtype != np.uint16:
+                raise _Corrupt(f"member {name!r} should hold bfloat16 bits (uint16)")
+            if _dtypes.BFLOAT16 is None:
+                raise _Corrupt(f"member {name!r} holds bfloat16 values, which need the "
+                               f"ml_dtypes package (pip install ml_dtypes)")
+            a = a.view(_dtypes.BFLOAT16)
+            tag = tag.removeprefix("bfloat16_")
         if tag == "scalar":
             if a.ndim != 0:
                 raise _Corrupt(f"member {name!r} should hold a scalar")

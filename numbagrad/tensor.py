@@ -64,8 +64,9 @@ class _Seen:
 _seen = _Seen()
 
 
-# dtype kinds from narrowest to widest: an arithmetic in-place op may not widen
-_KINDS = "buif"
+# dtype kinds from narrowest to widest (signed and unsigned integers alike): an
+# arithmetic in-place op may not widen
+_KINDS = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 
 class Tensor:
@@ -457,8 +458,8 @@ class Tensor:
         self._check_in_place(what, operands)
         with tape.no_grad():
             value = compute()
-        if arith and isinstance(value, Tensor) and _KINDS.index(value.dtype.kind) > \
-                _KINDS.index(self._data.dtype.kind):
+        if arith and isinstance(value, Tensor) and _KINDS.get(value.dtype.kind, 2) > \
+                _KINDS.get(self._data.dtype.kind, 2):
             raise TypeError(f"{what}: the result is {value.dtype}, which the {self.dtype} tensor "
                             f"(shape {self.shape}) cannot hold (PyTorch refuses this cast "
                             f"too); write x = x op y (a new tensor), or convert x "
@@ -472,7 +473,7 @@ class Tensor:
         tape cannot record or that a recorded graph still needs."""
         _refuse_while_compiling(what)
         data = self._data
-        if any(st == 0 and n > 1 for n, st in zip(data.shape, data.strides)):
+        if data.size and any(st == 0 and n > 1 for n, st in zip(data.shape, data.strides)):
             raise RuntimeError(
                 f"{what}: the tensor of shape {self.shape} is a broadcast view (expand, "
                 f"broadcast_to), so several of its elements are one memory location and "

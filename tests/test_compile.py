@@ -402,6 +402,11 @@ HOST_DERIVED = {
     "repeat_interleave": (lambda W: lambda r: ng.repeat_interleave(W, r, 0).sum(),
                           [([1, 0, 0],), ([0, 2, 0],), ([0, 0, 3],), ([1, 1, 1],)]),
 }
+# the same with tensor arguments (bool masks, int64 indices): read through .numpy()
+# or as their data, which the recorder must trace back to the argument too
+HOST_DERIVED.update({f"{name}, tensors": (make, [tuple(ng.tensor(np.asarray(a)) for a in args)
+                                                 for args in calls])
+                     for name, (make, calls) in list(HOST_DERIVED.items())})
 
 
 @pytest.mark.parametrize("verify", [False, True])
@@ -417,7 +422,7 @@ def test_host_positions_made_from_an_argument_give_eager_results(cache, case, ve
     fa, fb = make(Wa), make(Wb)
     step = ng_compile(fb, cache_dir=cache, verify=verify)
     for i, args in enumerate(calls):
-        args = tuple(np.asarray(a) for a in args)
+        args = tuple(a if isinstance(a, ng.Tensor) else np.asarray(a) for a in args)
         want = eager_step(fa, None, *args)
         with pytest.warns(RuntimeWarning, match="on the host.*runs eagerly") if i == 0 \
                 else contextlib.nullcontext():

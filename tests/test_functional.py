@@ -191,3 +191,17 @@ def test_cuda_param_argument_keeps_its_grad():
     g = ng.grad(lambda w_: (w_ * w_).sum())(w)
     assert g.device == "cuda" and w.grad is None
     np.testing.assert_array_equal(g.numpy(), np.full((2, 2), 2.0))
+
+
+def test_zero_d_arrays_and_numpy_scalars_keep_their_shape_and_argnums_are_unique():
+    """A 0-d array or a np.float32 became shape (1,) (np.ascontiguousarray),
+    so grad refused the scalar output; repeated argnums gave one of them a
+    zero gradient, where torch.func refuses them."""
+    cube = ng.grad(lambda x: x * x * x)
+    for x in (np.array(3.0), np.float32(3.0), np.float64(3.0), 3.0):
+        g = cube(x)
+        assert np.shape(g) == () and float(g) == 27.0
+    out, pullback = ng.vjp(lambda x: x * 2.0, np.array(3.0))
+    assert out.shape == () and float(pullback(np.array(1.0))[0]) == 2.0
+    with pytest.raises(ValueError, match="names an argument twice"):
+        ng.grad(lambda a, b: ng.sum(a * a * b), argnums=(0, 0))(np.ones(2), np.ones(2))

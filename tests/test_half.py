@@ -419,3 +419,98 @@ def test_numbagrad_works_without_ml_dtypes():
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert "ng.bfloat16 needs the ml_dtypes package" in out.stdout
+
+
+@pytest.mark.parametrize("master", [True, False])
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)])
+def test_grad_scaler_unscales_half_params(dtype, master, recwarn):
+    """The scaler looked for gradients on the float32 masters, whose flags
+    only an optimizer step sets: nothing was unscaled or checked, so the
+    update was 1024 times too large and an overflowing window was applied."""
+    W = ng.param(np.ones(3), dtype=dtype)
+    opt = ng.optim.SGD([W], lr=0.01, master_weights=master)
+    scaler = ng.amp.GradScaler(init_scale=1024.0)
+    with ng.grad_tape():
+        loss = scaler.scale(ng.sum(W * np.array([1.0, 2.0, 3.0], dtype)))
+    loss.backward()
+    assert scaler.step(opt) is True
+    want = (np.ones(3, np.float32) - np.float32(0.01) * np.array([1, 2, 3], np.float32))
+    np.testing.assert_array_equal(_f32(W.numpy()), _f32(want.astype(dtype)))
+    with ng.grad_tape():     # a nan gradient: the window is skipped, the scale halved
+        loss = scaler.scale(ng.sum(W * np.array([np.nan, 1.0, 1.0], dtype)))
+    loss.backward()
+    before = W.numpy().copy()
+    assert scaler.step(opt) is False
+    scaler.update()
+    assert scaler.get_scale() == 512.0 and W.grad is None
+    assert np.array_equal(W.numpy().view(np.uint16), before.view(np.uint16))
+
+
+def test_master_weights_follow_loaded_params_and_are_saved():
+    """The float32 master overwrote weights loaded into the half params (its
+    stale copy was written back), and the optimizer's state dict did not
+    save it, so a resumed run drifted from the uninterrupted one."""
+    def build():
+        m = ng.nn.Linear(3, 2, rng=np.random.default_rng(0)).to(dtype=ml_dtypes.bfloat16)
+        return m, ng.optim.AdamW(m.parameters(), lr=1e-3, master_weights=True)
+
+    def train(m, opt, steps, seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(steps):
+            x = ng.tensor(rng.normal(size=(4, 3)).astype(ml_dtypes.bfloat16))
+            with ng.grad_tape():
+                loss = ng.sum(m(x))
+            loss.backward()
+            opt.step()
+
+    m, opt = build()
+    m.load_state_dict({k: np.full(v.shape, 7, v.dtype) for k, v in m.state_dict().items()})
+    opt_lr, opt.lr = opt.lr, 0.0
+    train(m, opt, 1, 0)
+    assert np.all(_f32(m.weight.numpy()) == 7.0)     # not the stale master's weights
+    opt.lr = opt_lr
+    a, oa = build()
+    train(a, oa, 3, 1)
+    saved_m, saved_o = a.state_dict(), oa.state_dict()
+    assert [x.dtype for x in saved_o["masters"]] == [np.float32] * 2
+    b, ob = build()
+    b.load_state_dict(saved_m)
+    ob.load_state_dict(saved_o)
+    train(a, oa, 3, 2)
+    train(b, ob, 3, 2)
+    for k in saved_m:
+        assert np.array_equal(a.state_dict()[k].view(np.uint16), b.state_dict()[k].view(np.uint16))
+    with pytest.raises(ValueError, match="master weight"):
+        ob.load_state_dict(dict(saved_o, masters=[np.zeros((1,), np.float32)] * 2))
+
+
+def test_grad_scaler_checks_float64_grads_in_float64_and_keeps_its_growth_count():
+    """A float64 gradient past float32's range counted as inf (the check cast
+    to float32); update(new_scale) reset the growth count, which PyTorch's
+    keeps."""
+    W = ng.param(np.array([1.0]))
+    opt = ng.optim.SGD([W], lr=1e-40)
+    scaler = ng.amp.GradScaler(init_scale=2.0 ** 16)
+    with ng.grad_tape():
+        loss = scaler.scale(ng.sum(W * 1e36))
+    loss.backward()
+    assert scaler.step(opt) is True
+    scaler.update()
+    assert scaler.get_scale() == 2.0 ** 16
+    ours = ng.amp.GradScaler(init_scale=4.0, growth_interval=3)
+    theirs = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=3)
+    tp = torch.zeros(1, requires_grad=True)
+    topt = torch.optim.SGD([tp], lr=0.0)
+    P = ng.param(np.zeros(1))
+    popt = ng.optim.SGD([P], lr=0.0)
+    for i in range(5):
+        with ng.grad_tape():
+            loss = ours.scale(ng.sum(P))
+        loss.backward()
+        ours.step(popt)
+        theirs.scale(tp.sum()).backward()
+        theirs.step(topt)
+        topt.zero_grad()
+        ours.update(8.0 if i == 1 else None)
+        theirs.update(8.0 if i == 1 else None)
+        assert ours.get_scale() == theirs.get_scale(), i

@@ -459,7 +459,7 @@ def test_python_ints_beside_narrow_or_wide_integers_are_exact(device):
     for b in (-1, 256, -300, 300):
         for op in ("==", "!=", "<", "<=", ">", ">="):
             same(eval(f"U {op} b"), eval(f"u8.astype(np.int64) {op} b"))
-    with pytest.raises(OverflowError, match="does not fit"):
+    with pytest.raises(OverflowError, match="outside int64 and uint64"):
         U + 2 ** 70
 
 
@@ -491,3 +491,36 @@ def test_integer_division_of_an_empty_result_checks_no_divisor():
          torch.zeros((0, 3), dtype=torch.int64) // torch.zeros((1, 3), dtype=torch.int64))
     with pytest.raises(ZeroDivisionError):
         ng.ones((2, 3), dtype=np.int64) // zeros
+
+
+def test_integer_exponents_and_fills_are_range_checked_as_torch():
+    """A Python int wraps into a narrow tensor's dtype in arithmetic (uint8 +
+    300 is 44, as PyTorch's), but not as an exponent or a fill value, which
+    PyTorch refuses out of range (-1 fills a uint8 as 255)."""
+    u8 = np.array([5, 200, 3], np.uint8)
+    U, TU = ng.tensor(u8), torch.tensor(u8)
+    same(U + 300, TU + 300)
+    same(U ** 2, TU ** 2)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        U ** -1
+    for bad in (lambda: U ** 256, lambda: ng.tensor(np.array([1, -2], np.int8)) ** 200,
+                lambda: ng.masked_fill(U, U > 4, 300), lambda: ng.where(U > 4, U, 256),
+                lambda: ng.masked_fill(ng.tensor([1, 2]), ng.tensor([True, False]), 2 ** 63)):
+        with pytest.raises(OverflowError, match="cannot be converted to .* without overflow"):
+            bad()
+    same(ng.masked_fill(U, U > 4, -1), TU.masked_fill(TU > 4, -1))
+
+
+def test_in_place_between_integer_kinds_and_on_empty_tensors():
+    """uint8 += an int64 tensor keeps uint8 (integers are one kind, as in
+    PyTorch), and an empty tensor, whose NumPy strides are 0, is no
+    broadcast view."""
+    u = ng.tensor(np.array([1, 250], np.uint8))
+    u.add_(ng.tensor([1, 10]))
+    same(u, torch.tensor([1, 250], dtype=torch.uint8).add_(torch.tensor([1, 10])))
+    for shape in ((3, 0), (0, 10)):
+        z = ng.zeros(shape)
+        z.fill_(1.0)
+        z[...] = 0.0
+        z += 1.0
+        assert z.shape == shape

@@ -234,11 +234,23 @@ def test_transposed_and_sliced_operands_share_one_block_per_dtype():
     S.binary_nd(codes.SUB, x3, x3.copy(), o3)
     np.testing.assert_array_equal(o3, 0.0)
     any_view = types.Array(types.float64, 2, "A", readonly=True)
+    # what the 2-D kernels hand their blocks (typed afresh here: a kernel loaded
+    # from Numba's disk cache never compiles its blocks in this process)
+    from numba import njit
+
+    @njit
+    def handed(x, y):
+        return E._one_layout((x, y))
+    for x in (base[:4, :6].T.copy().T, base.T[:4, :6], base[::2, ::-1][:, :6]):
+        handed(x, base[:4, :6].copy())
+    for sig in handed.nopython_signatures:
+        assert tuple(sig.return_type) == (any_view, any_view), sig
     for block, operands in ((E._unary_block, 1), (E._binary_block, 2)):
         strided = {sig[1:1 + operands] for sig in block.signatures
                    if sig[1].dtype == types.float64
                    and any(a.layout != "C" for a in sig[1:1 + operands])}
-        assert strided == {(any_view,) * operands}, (block, strided)
+        # (empty when the kernels came from the disk cache)
+        assert strided <= {(any_view,) * operands}, (block, strided)
 
 
 def test_cpu_nd_ops_of_ranks_3_to_6_run_one_rank_6_kernel():

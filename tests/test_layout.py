@@ -164,3 +164,10 @@ def test_chunk_of_an_empty_dim_gives_every_part_and_repeats_take_a_tensor():
         np.testing.assert_array_equal(
             ng.repeat_interleave(ng.tensor(x), reps, 0).numpy(),
             torch.repeat_interleave(torch.tensor(x), theirs, 0).numpy())
+
+
+def test_repeat_interleave_takes_a_0d_tensor_of_repeats():
+    x = np.arange(6.0).reshape(3, 2)
+    got = ng.repeat_interleave(ng.tensor(x), ng.tensor(np.array(2)), 0)
+    np.testing.assert_array_equal(
+        got.numpy(), torch.repeat_interleave(torch.tensor(x), torch.tensor(2), 0).numpy())

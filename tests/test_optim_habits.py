@@ -195,7 +195,7 @@ def test_state_dict_keeps_group_hypers_and_schedules():
 
 
 # ------------------------------------------------------ clip_grad_*_
-@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf, -math.inf])   # (-inf: the smallest)
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])
 def test_clip_grad_norm_matches_torch(norm_type, max_norm):
     grads = [data(2, 3), data(4)]

@@ -233,5 +233,5 @@ def test_scatter_takes_int64_tensor_indices_and_refuses_integer_inputs():
                          ng.ones(2, dtype=np.float32))
     np.testing.assert_array_equal(got.numpy(), np.array([0, 2, 0], np.float32))
     for x in (ng.tensor([2 ** 53 + 1, 7]), np.array([1, 2], np.int32)):
-        with pytest.raises(TypeError, match="scatter_add: the input is a int"):
+        with pytest.raises(TypeError, match="scatter_add: the input is an int"):
             ng.scatter_add(x, 0, np.array([1]), np.array([1]))

@@ -655,3 +655,21 @@ def test_nn_model_and_optimizer_resume_mid_window_from_a_file(tmp_path):
             _mlp_step(fresh, fresh_opt, b)
         for name, array in fresh.state_dict().items():
             np.testing.assert_array_equal(array, final[name], err_msg=f"{name} after {stop}")
+
+
+def test_bfloat16_arrays_and_scalars_round_trip(tmp_path):
+    """A bfloat16 array's .npy dtype reads back as raw bytes (|V2), so a
+    saved bfloat16 model could not be loaded: they are stored as their bits."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    m = ng.nn.Linear(3, 2).to(dtype=ng.bfloat16)
+    sd = m.state_dict()
+    path = str(tmp_path / "bf16.ngz")
+    ng.save(path, {"model": sd, "one": ml_dtypes.bfloat16(1.5), "strided": sd["weight"][:, ::2]})
+    back = ng.load(path)
+    for k, v in sd.items():
+        assert back["model"][k].dtype == v.dtype and back["model"][k].shape == v.shape
+        assert np.array_equal(back["model"][k].view(np.uint16), v.view(np.uint16))
+    assert type(back["one"]) is ml_dtypes.bfloat16 and float(back["one"]) == 1.5
+    assert np.array_equal(back["strided"].view(np.uint16),
+                          np.ascontiguousarray(sd["weight"][:, ::2]).view(np.uint16))
+    m.load_state_dict(back["model"])

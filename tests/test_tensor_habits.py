@@ -584,3 +584,16 @@ def test_writes_into_a_broadcast_view_are_refused():
     np.testing.assert_array_equal(c.numpy(), np.arange(3.0))
     c[None].add_(1.0)       # a size-1 dim shares no element
     np.testing.assert_array_equal(c.numpy(), np.arange(3.0) + 1)
+
+
+def test_nll_loss_labels_written_before_the_backward_do_not_move_the_gradient():
+    """nll_loss's backward reads its labels again: it keeps its own copy."""
+    logp = ng.param(np.arange(12.0).reshape(3, 4))
+    labels = np.array([1, 2, 3])
+    with ng.grad_tape():
+        loss = ng.nll_loss(logp, labels)
+    labels[...] = 0
+    loss.backward()
+    want = np.zeros((3, 4))
+    want[[0, 1, 2], [1, 2, 3]] = -1.0 / 3
+    np.testing.assert_array_equal(logp.grad, want)

@@ -86,14 +86,14 @@ class _Recording:
         from an argument's data (the array, a view of it or a host copy);
         "" when none did."""
         datas = [a._data if isinstance(a, Tensor) else a for a in args]
-        datas = [d for d in datas if isinstance(d, np.ndarray)]
+        hosts = [d for d in datas if isinstance(d, np.ndarray)]
         for sources, why in self.host_positions:
             for s in sources:
-                if any(s is a for a in args):
-                    return why
+                if any(s is a for a in args) or any(s is d for d in datas):
+                    return why    # an argument, or its data (a device array too)
                 root = _copied_from(self, s) if isinstance(s, np.ndarray) else None
                 s = root if root is not None else s
-                if isinstance(s, np.ndarray) and any(np.shares_memory(s, d) for d in datas):
+                if isinstance(s, np.ndarray) and any(np.shares_memory(s, d) for d in hosts):
                     return why
         return ""
 

@@ -43,7 +43,8 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     """Scale the grads in place so that their total norm is at most ``max_norm``.
 
     As ``torch.nn.utils.clip_grad_norm_``: the norm is over all grads as one
-    vector (``norm_type`` p, or ``inf`` for the largest magnitude), the
+    vector (``norm_type`` p, ``inf`` for the largest magnitude, ``-inf``
+    for the smallest), the
     factor ``max_norm / (total + 1e-6)`` is clamped to 1, and the total
     norm (before clipping) comes back as a 0-d tensor. A non-finite total
     raises a RuntimeError with ``error_if_nonfinite``, before any grad
@@ -59,9 +60,12 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
         return _tensor(0.0)
     hosts = [np.abs(kernels.to_host(p._kern, p.grad).astype(np.float64)).ravel()
              for p in params]
-    if math.isinf(norm_type):
-        each = [h.max() if h.size else 0.0 for h in hosts]
-        total = float(max(each)) if norm_type > 0 else float(min(each))
+    if math.isinf(norm_type):    # -inf: the smallest magnitude of them all
+        if norm_type > 0:
+            total = float(max(h.max() if h.size else 0.0 for h in hosts))
+        else:
+            total = float(min(h.min() for h in hosts if h.size)) if any(h.size for h in hosts) \
+                else math.inf
     else:
         total = float(sum((h ** norm_type).sum() for h in hosts) ** (1.0 / norm_type))
     if error_if_nonfinite and not math.isfinite(total):

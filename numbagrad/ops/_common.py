@@ -99,9 +99,9 @@ def pair(a: Any, b: Any, op: str, names: tuple = ("first operand", "second opera
     if not ints and want.kind != "f":
         want = _defaults.get_default_dtype()
     if isinstance(a, Tensor) and _number(b):
-        b = _number_like(b, want, a._kern)
+        b = _number_like(b, want, a._kern, op)
     elif isinstance(b, Tensor) and _number(a):
-        a = _number_like(a, want, b._kern)
+        a = _number_like(a, want, b._kern, op)
     if isinstance(a, Tensor):
         b = coerce(b, a._kern, f"{op}: {names[1]}")
     else:
@@ -145,24 +145,43 @@ def real_number(value: Any, op: str, what: str) -> float:
     return float(value)
 
 
-def int_scalar(value: Any, dtype: np.dtype, op: str) -> Any:
+def int_scalar(value: Any, dtype: np.dtype, op: str, wrap: bool = True) -> Any:
     """An integral number as a scalar of the integer (or bool) ``dtype``,
-    exactly (never through a float: 2**53 + 1 stays itself), wrapped as
-    PyTorch wraps a Python int beside a narrower integer tensor (uint8 - 1
-    is 255); a number outside int64 and uint64 raises a clear error."""
+    exactly (never through a float: 2**53 + 1 stays itself). ``wrap``: as
+    PyTorch wraps a Python int beside a narrower integer tensor in
+    arithmetic (uint8 + 300 is 44); else, as PyTorch's fills and exponents,
+    only a value of the dtype's range, or of its signed twin's for an
+    unsigned dtype (-1 fills a uint8 as 255), and an OverflowError
+    otherwise. A number outside int64 and uint64 is an OverflowError."""
+    if dtype.kind != "b" and not wrap:
+        info = np.iinfo(dtype)
+        low = -(info.max // 2) - 1 if dtype.kind == "u" else info.min
+        if not low <= value <= info.max:
+            raise OverflowError(f"{op}: {value} cannot be converted to {dtype} without "
+                                f"overflow")
     try:
         wide = np.array(value, np.uint64 if value > np.iinfo(np.int64).max else np.int64)
     except OverflowError:
-        raise OverflowError(f"{op}: the integer {value} does not fit a {dtype} tensor (nor "
-                            "int64)") from None
+        raise OverflowError(f"{op}: the integer {value} is outside int64 and uint64, so it "
+                            f"cannot meet a {dtype} tensor") from None
     return wide.astype(dtype)[()]
 
 
-def _number_like(value: Any, dtype: np.dtype, kern: ModuleType) -> Tensor:
+def _number_like(value: Any, dtype: np.dtype, kern: ModuleType, op: str = "a tensor op"
+                 ) -> Tensor:
     """A number as a 0-d tensor of ``dtype`` on ``kern``'s device (an integral
-    one wrapped into an integer dtype as PyTorch's, ``int_scalar``)."""
-    host = np.array(int_scalar(value, dtype, "a tensor op") if dtype.kind in "iub"
-                    and isinstance(value, numbers.Integral) else value, dtype)
+    one wrapped into an integer dtype as PyTorch's, ``int_scalar``; an
+    exponent is checked instead: PyTorch refuses a negative one or one out
+    of the dtype's range)."""
+    if dtype.kind in "iub" and isinstance(value, numbers.Integral):
+        if op == "pow" and dtype.kind != "b":
+            if value < 0:
+                raise ValueError(f"pow: integers to negative integer powers are not allowed "
+                                 f"(exponent {value}); use floats")
+            value = int_scalar(value, dtype, op, wrap=False)
+        else:
+            value = int_scalar(value, dtype, op)
+    host = np.array(value, dtype)
     return Tensor(host if kern.name == "cpu" else kernels.from_host(kern, host), kern)
 
 

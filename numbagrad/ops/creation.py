@@ -347,7 +347,8 @@ def one_hot(indices: Any, num_classes: int = -1, *, dtype: Any = None,
     dt = float_dtype(dtype, "one_hot")
     if kernels._observer is not None:
         from .indexing import _note_unreplayable
-        _note_unreplayable("one_hot builds its tensor from the indices on the host", (host,))
+        _note_unreplayable("one_hot builds its tensor from the indices on the host",
+                           (host, indices, getattr(indices, "_data", None)))
     return _from_host(np.arange(max(n, 0)) == host[..., None], dt, device, False)
 
 

@@ -240,7 +240,7 @@ def _as_mask(key: Any) -> np.ndarray | None:
     return None
 
 
-def _masked(x: Tensor, mask: np.ndarray) -> Tensor:
+def _masked(x: Tensor, mask: np.ndarray, source: Any = None) -> Tensor:
     """``x[mask]``: the elements (or sub-arrays) where ``mask``, which covers
     x's leading dims, is True, in row-major order, as NumPy and PyTorch;
     differentiable (the gradient goes back to the selected places). A mask
@@ -250,7 +250,8 @@ def _masked(x: Tensor, mask: np.ndarray) -> Tensor:
         raise IndexError(f"x[mask]: a boolean mask of shape {mask.shape} does not match the "
                          f"leading dims of a tensor of {describe(x)}")
     flat = np.flatnonzero(mask)
-    _note_unreplayable("x[mask] turns the mask into positions on the host", (mask,))
+    _note_unreplayable("x[mask] turns the mask into positions on the host",
+                       (mask,) + (source if isinstance(source, tuple) else (source,)))
     rows = reshape(x, (int(np.prod(x.shape[:k], dtype=np.int64)),) + x.shape[k:])
     return getitem(rows, flat)
 
@@ -270,10 +271,11 @@ def getitem(x: Any, key: Any) -> Tensor:
     view (on CUDA a copy when strided); with arrays a new array, whose
     gradient adds repeated indices up, as ``nn.Embedding``'s does."""
     x = operand(x, "x[key]", ints=True)
+    given = key
     key = tuple(map(index_data, key)) if isinstance(key, tuple) else index_data(key)
     mask = _as_mask(key)
     if mask is not None:
-        return _masked(x, mask)
+        return _masked(x, mask, given)
     if sum(_is_index_array(x._kern, item) for item in
            (key if isinstance(key, tuple) else (key,))) > 1:
         return _several(x, key)

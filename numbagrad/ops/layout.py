@@ -115,7 +115,7 @@ def masked_fill(x: Any, mask: Any, value: float) -> Tensor:
     if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and x.device != "cpu":
         mask = Tensor(kernels.from_host(x._kern, np.ascontiguousarray(mask)), x._kern)
     if x.dtype.kind in "biu" and is_scalar(value):     # x's dtype, as PyTorch's
-        value = int_scalar(value, x.dtype, "masked_fill") \
+        value = int_scalar(value, x.dtype, "masked_fill", wrap=False) \
             if isinstance(value, numbers.Integral) else x.dtype.type(value)
     return where(mask, value, x)
 
@@ -183,8 +183,10 @@ def repeat_interleave(x: Any, repeats: Any, dim: int | None = None) -> Tensor:
         x, dim = reshape(x, (x.size,)), 0
     a = axis_of(dim, x.ndim, "repeat_interleave", "dim")
     n = x.shape[a]
+    given = repeats
     if isinstance(repeats, Tensor) and repeats.dtype.kind in "iu":
-        repeats = repeats.numpy()     # an int64 tensor of counts, as torch's
+        # an int64 tensor of counts (0-d: one count), as torch's
+        repeats = int(repeats.item()) if repeats.shape == () else repeats.numpy()
     counts = _ints(repeats, "repeat_interleave", "repeats")
     if any(c < 0 for c in counts):
         raise ValueError(f"repeat_interleave: repeats must be >= 0, got {repeats!r}")
@@ -199,7 +201,7 @@ def repeat_interleave(x: Any, repeats: Any, dim: int | None = None) -> Tensor:
         raise ValueError(f"repeat_interleave: {len(counts)} repeats for dim {a} of size {n}")
     index = np.repeat(np.arange(n, dtype=np.int64), counts)
     _note_unreplayable("repeat_interleave turns per-element repeats into positions on the host",
-                       (repeats,))
+                       (repeats, given))
     return getitem(x, (slice(None),) * a + (index,))
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from .. import buffers, kernels
 from ..kernels import codes
 from ..kernels.cpu.losses import first_bad_label, label_message
-from ..tape import Node, _Backward, output
+from ..tape import Node, _Backward, is_grad_enabled, output
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (_F32, _F64, check_reduction, contiguous, describe, index_data, is_scalar,
@@ -508,7 +508,10 @@ def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
     if kernels._observer is not None:
         _note_checked(host, 0, classes, allow=int(ignore_index))
     if kern.name == "cpu":
-        labels = host
+        # the backward reads the labels: while recording (not ng.compile's, whose
+        # backward runs in the same call), its own copy of the caller's array
+        labels = np.array(host) if host is target and is_grad_enabled() \
+            and kernels._observer is None else host
     else:
         labels = buffers.take(kern, (n,), np.int64)
         kernels.call(kern, "upload", 0, host, labels)

@@ -67,9 +67,10 @@ def _compare(code: int, a: Any, b: Any) -> Tensor:
 
 def _fill_value(v: Any, dtype: np.dtype) -> Any:
     """``where``'s scalar as a ``dtype`` scalar: an integral one into an
-    integer dtype exactly (2**53 + 1 stays itself) and wrapped as PyTorch's."""
+    integer dtype exactly (2**53 + 1 stays itself), range-checked as
+    PyTorch's fills (``int_scalar``)."""
     if dtype.kind in "iub" and isinstance(v, numbers.Integral):
-        return int_scalar(v, dtype, "where")
+        return int_scalar(v, dtype, "where", wrap=False)
     return scalar_of(dtype, float(v))
 
 

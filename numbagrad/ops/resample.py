@@ -104,9 +104,10 @@ def interpolate(x: Any, size: Any = None, scale_factor: Any = None, mode: str = 
     ``mode``: "nearest" (PyTorch's default: source floor(o * in / out)),
     "nearest-exact", or "linear" (3-D), "bilinear" (4-D), "trilinear" (5-D)
     with ``align_corners`` (default False; True maps the corner cells onto
-    each other). Differentiable in x. Where the linear modes meet an inf, a
-    row of the matrix that is 0 there makes a nan, where PyTorch may keep
-    the inf. ``antialias`` is not supported."""
+    each other). Differentiable in x (for a nearest dim whose size the
+    scale keeps, PyTorch's backward differs: see the module docstring).
+    Where the linear modes meet an inf, a row of the matrix that is 0 there
+    makes a nan, where PyTorch may keep the inf. ``antialias`` is not supported."""
     op = "interpolate"
     x = operand(x, op)
     if x.ndim not in (3, 4, 5):

@@ -89,7 +89,7 @@ def _prepare(x: Any, dim: Any, index: Any, src: Any, op: str) -> tuple:
     scatter ops compute in floats: an integer or bool input is refused (it
     became float64, which rounds int64 values past 2**53)."""
     if isinstance(x, (Tensor, np.ndarray)) and not _dtypes.is_float(x.dtype):
-        raise TypeError(f"{op}: the input is a {x.dtype} tensor (shape {x.shape}); the scatter "
+        raise TypeError(f"{op}: the input is an {x.dtype} tensor (shape {x.shape}); the scatter "
                         f"ops take float tensors here (PyTorch also takes integers): convert "
                         f"it with .double() (exact up to 2**53) or .float()")
     x = operand(x, op)
@@ -266,7 +266,7 @@ def masked_select(x: Any, mask: Any) -> Tensor:
     xb = x if tuple(x.shape) == full else shape.broadcast_to(x, full)
     flat = shape.reshape(xb, (math.prod(full),))
     indexing._note_unreplayable("masked_select turns the mask into positions on the host",
-                                (host,))
+                                (host, mask))
     return indexing.getitem(flat, np.flatnonzero(np.broadcast_to(host, full)))
 
 

@@ -8,7 +8,13 @@ buffers hold (its state dict saves it, Adam's moments are float32), the
 half param's ``.grad`` is the master's float32 accumulator (so a window of
 micro-steps accumulates in float32: the half-to-float32 cast's backward
 writes straight into it), and each applied update writes the master,
-rounded to nearest even, back into the half param.
+rounded to nearest even, back into the half param. A half param written
+from outside since (``load_state_dict``, ``p.data = ...``, an in-place op,
+``nn.init``: its write stamp moved) is widened into its master again before
+the next update, so the master never overwrites a newer weight. The
+optimizer's ``state_dict`` saves the masters (``"masters"``) and its
+``load_state_dict`` restores them (and writes them back); a state dict
+without them leaves the masters as the params are.
 
 ``master_weights=False`` (the default, as PyTorch's optimizers update half
 params in half): the master is re-read from the half param before every
@@ -36,6 +42,8 @@ class Masters:
     def __init__(self, keep: bool) -> None:
         self.keep = keep
         self.pairs: list[tuple[Tensor, Tensor]] = []
+        # each half param's write stamp when its master last matched it
+        self.synced: list[int] = []
 
     def master(self, p: Tensor) -> Tensor:
         """``p``'s float32 master (a new param), or ``p`` when it is not a half."""
@@ -50,6 +58,7 @@ class Masters:
             _half.widen(kern, p._acc, m._acc)
             m._live = True
         self.pairs.append((p, m))
+        self.synced.append(getattr(p, "_stamp", 0))
         return m
 
     def attach(self, opt: Any, kind: str) -> None:
@@ -59,6 +68,7 @@ class Masters:
             return
         for p, m in self.pairs:
             p._acc, p._owner = m._acc, opt
+        opt._masters = self     # (amp.GradScaler reads the pairs' gradient flags)
         if not self.keep:
             warnings.warn(f"{kind}: half-precision params without master_weights=True are "
                           f"updated in float32 and rounded back each step, so updates below "
@@ -68,16 +78,14 @@ class Masters:
         opt.flush = self._wrap(opt.flush)
         opt.zero_grad = self._wrap(opt.zero_grad)
         opt.load_state_dict = self._wrap_load(opt.load_state_dict)
+        opt.state_dict = self._wrap_save(opt.state_dict)
 
     def _wrap(self, method: Callable, grads: bool = False) -> Callable:
         def run(*args: Any, **kwargs: Any) -> Any:
             if grads and args and isinstance(args[0], Mapping):
                 args = (self._remap(args[0]),) + args[1:]
-            for p, m in self.pairs:
-                if p._live:
-                    m._live = True
-                if not self.keep:
-                    _half.widen(m._kern, p._data, m._data)
+            self.sync_flags()
+            self.refresh()
             applied = method(*args, **kwargs)
             for p, m in self.pairs:
                 p._live = m._live
@@ -88,14 +96,63 @@ class Masters:
         run.__doc__ = method.__doc__
         return run
 
-    def _wrap_load(self, method: Callable) -> Callable:
+    def sync_flags(self) -> None:
+        """A half param's gradient flag (set by the backward) onto its master."""
+        for p, m in self.pairs:
+            if p._live:
+                m._live = True
+
+    def refresh(self) -> None:
+        """Widen into its master each half param written since the master last
+        matched it (every one without ``keep``: re-read before each update)."""
+        for i, (p, m) in enumerate(self.pairs):
+            stamp = getattr(p, "_stamp", 0)
+            if not self.keep or stamp != self.synced[i]:
+                _half.widen(m._kern, p._data, m._data)
+                self.synced[i] = stamp
+
+    def _wrap_save(self, method: Callable) -> Callable:
         def run(*args: Any, **kwargs: Any) -> Any:
             out = method(*args, **kwargs)
-            self.write_back()
+            self.refresh()
+            out["masters"] = [kernels.to_host(m._kern, m._data) for _, m in self.pairs]
             return out
 
         run.__doc__ = method.__doc__
         return run
+
+    def _wrap_load(self, method: Callable) -> Callable:
+        def run(state: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
+            saved = self._checked(state.get("masters") if isinstance(state, Mapping) else None)
+            out = method(state, *args, **kwargs)
+            if saved is None:      # a state dict without masters: they are the params
+                self.refresh()
+            else:
+                for (p, m), array in zip(self.pairs, saved):
+                    kernels.call(m._kern, "upload", 0, array, m._data)
+                self.write_back()
+            return out
+
+        run.__doc__ = method.__doc__
+        return run
+
+    def _checked(self, saved: Any) -> list[np.ndarray] | None:
+        """A state dict's masters as float32 host arrays, or None when it has
+        none; a ValueError (before anything changes) when they do not fit."""
+        if saved is None:
+            return None
+        if len(saved) != len(self.pairs):
+            raise ValueError(f"state dict holds {len(saved)} master weights, this optimizer "
+                             f"{len(self.pairs)} half params")
+        out = []
+        for (p, _), array in zip(self.pairs, saved):
+            array = np.asarray(array)
+            if array.shape != p.shape or array.dtype != _F32:
+                raise ValueError(f"state dict master weight ({array.dtype}, shape "
+                                 f"{array.shape}) does not fit a {p.dtype} param of shape "
+                                 f"{p.shape} (float32 masters)")
+            out.append(np.ascontiguousarray(array))
+        return out
 
     def _remap(self, grads: Mapping) -> dict:
         """``{param.id: gradient}`` with each half param's entry moved to its master."""
@@ -112,3 +169,4 @@ class Masters:
         for p, m in self.pairs:
             _half.narrow(p._kern, m._data, p._data)
         note_writes([p for p, _ in self.pairs])
+        self.synced = [getattr(p, "_stamp", 0) for p, _ in self.pairs]

@@ -196,8 +196,7 @@ def label_message(op: str, labels: np.ndarray, bad: int, classes: int, logits: t
     """The wording of host ``labels``' flat element ``bad`` lying outside
     [0, classes), for logits of shape ``logits`` (the host check and the CUDA
     kernels' error flag alike)."""
-    where = np.unravel_index(bad, labels.shape)
-    where = where[0] if labels.ndim == 1 else tuple(int(i) for i in where)
+    where = ", ".join(str(int(i)) for i in np.unravel_index(bad, labels.shape))
     return (f"{op}: target[{where}] is class {labels.reshape(-1)[bad]}, outside "
             f"[0, {classes}) for logits of shape {logits}")
 
