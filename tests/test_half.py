@@ -514,3 +514,17 @@ def test_grad_scaler_checks_float64_grads_in_float64_and_keeps_its_growth_count(
         ours.update(8.0 if i == 1 else None)
         theirs.update(8.0 if i == 1 else None)
         assert ours.get_scale() == theirs.get_scale(), i
+
+
+def test_a_0d_half_params_master_round_trips_its_state_dict():
+    s = ng.param(np.full((), 1.5), dtype=np.float16)
+    opt = ng.optim.SGD([s], lr=0.1, master_weights=True)
+    with ng.grad_tape():
+        loss = s * 2.0
+    loss.backward()
+    opt.step()
+    saved = opt.state_dict()
+    assert saved["masters"][0].shape == ()
+    other = ng.optim.SGD([ng.param(np.ones(()), dtype=np.float16)], lr=0.1, master_weights=True)
+    other.load_state_dict(saved)
+    assert other.params[0].numpy() == opt.params[0].numpy()

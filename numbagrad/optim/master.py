@@ -151,7 +151,7 @@ class Masters:
                 raise ValueError(f"state dict master weight ({array.dtype}, shape "
                                  f"{array.shape}) does not fit a {p.dtype} param of shape "
                                  f"{p.shape} (float32 masters)")
-            out.append(np.ascontiguousarray(array))
+            out.append(np.asarray(array, order="C"))     # (a 0-d one stays 0-d)
         return out
 
     def _remap(self, grads: Mapping) -> dict:
