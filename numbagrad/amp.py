@@ -87,8 +87,7 @@ class GradScaler:
         if found:
             optimizer._window.discard("grad")
             if masters is not None:
-                for half, m in masters.pairs:
-                    half._live = m._live
+                masters.flags_back()
             return False
         for p in grads:
             _scale_in_place(p, inv)

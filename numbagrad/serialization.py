@@ -101,7 +101,7 @@ class _Encoder:
         if isinstance(obj, np.ndarray):
             return self.tagged("array", obj, where)
         if hasattr(obj, "copy_to_host") and hasattr(obj, "shape"):   # a Numba device array
-            return {"array": self.array(np.asarray(obj.copy_to_host()), where)}
+            return self.tagged("array", np.asarray(obj.copy_to_host()), where)
         if isinstance(obj, (Mapping, list, tuple)):
             if id(obj) in self._active:
                 raise ValueError(f"{where}: the structure contains itself (a cycle)")

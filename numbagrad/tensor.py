@@ -346,8 +346,7 @@ class Tensor:
         as PyTorch's ``detach()``. Writing it in place writes this tensor's
         data; that is refused while a recorded graph still needs it."""
         t = Tensor(self._data, self._kern)
-        root = getattr(self, "_base", None)
-        t._base = self if root is None else root   # the root, as a view's
+        t._base = _root(self)
         return t
 
     def clone(self) -> Tensor:
@@ -622,6 +621,14 @@ def _size_of(shape: tuple) -> _Size:
         _sizes.clear()
     size = _sizes[shape] = _Size(int(np.prod(shape, dtype=np.int64)), shape)
     return size
+
+
+def _root(t: Tensor) -> Tensor:
+    """The tensor ``t`` shares its data with (it is a view or a detach() of),
+    or ``t``: a view's or a detach()'s ``_base`` is this root, so chains stay
+    one link long."""
+    base = getattr(t, "_base", None)
+    return t if base is None else base
 
 
 def _note_write(t: Tensor) -> None:

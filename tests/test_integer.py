@@ -442,7 +442,7 @@ def test_python_ints_beside_narrow_or_wide_integers_are_exact(device):
     PyTorch's for arithmetic and fills, and NumPy 2's exact answer for a
     comparison with an int outside the dtype (PyTorch wraps it first)."""
     big = np.array([2 ** 53 + 1, 2 ** 62 + 1, -(2 ** 63)])
-    X, T = ng.tensor(big, device=device), torch.tensor(big)
+    X, T = ng.tensor(big, device=device), torch.tensor(big)   # noqa: F841 (read by eval below)
     for b in (2 ** 53 + 1, 2 ** 62 + 1, 2 ** 63 - 1, -(2 ** 63), 2 ** 53):
         for op in ("==", "!=", "<", "<=", ">", ">="):
             same(eval(f"X {op} b"), eval(f"T {op} b"))

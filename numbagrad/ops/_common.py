@@ -145,7 +145,18 @@ def real_number(value: Any, op: str, what: str) -> float:
     return float(value)
 
 
-def int_scalar(value: Any, dtype: np.dtype, op: str, wrap: bool = True) -> Any:
+def kept_copy(array: Any, caller: Any) -> Any:
+    """What an op's backward reads again of a caller's host array: ``array``
+    (made from ``caller``), or a copy when it is the caller's own memory and
+    an eager tape records, so that writing the caller's array before the
+    backward cannot move the gradient (under ``ng.compile``'s recorder the
+    backward runs in the same call: no copy)."""
+    if array is caller and tape._state.box[0] > 0 and kernels._observer is None:
+        return array.copy()
+    return array
+
+
+def int_value(value: Any, dtype: np.dtype, op: str, wrap: bool = True) -> Any:
     """An integral number as a scalar of the integer (or bool) ``dtype``,
     exactly (never through a float: 2**53 + 1 stays itself). ``wrap``: as
     PyTorch wraps a Python int beside a narrower integer tensor in
@@ -170,17 +181,9 @@ def int_scalar(value: Any, dtype: np.dtype, op: str, wrap: bool = True) -> Any:
 def _number_like(value: Any, dtype: np.dtype, kern: ModuleType, op: str = "a tensor op"
                  ) -> Tensor:
     """A number as a 0-d tensor of ``dtype`` on ``kern``'s device (an integral
-    one wrapped into an integer dtype as PyTorch's, ``int_scalar``; an
-    exponent is checked instead: PyTorch refuses a negative one or one out
-    of the dtype's range)."""
+    one wrapped into an integer dtype as PyTorch's, ``int_value``)."""
     if dtype.kind in "iub" and isinstance(value, numbers.Integral):
-        if op == "pow" and dtype.kind != "b":
-            if value < 0:
-                raise ValueError(f"pow: integers to negative integer powers are not allowed "
-                                 f"(exponent {value}); use floats")
-            value = int_scalar(value, dtype, op, wrap=False)
-        else:
-            value = int_scalar(value, dtype, op)
+        value = int_value(value, dtype, op)
     host = np.array(value, dtype)
     return Tensor(host if kern.name == "cpu" else kernels.from_host(kern, host), kern)
 

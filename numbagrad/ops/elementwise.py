@@ -15,6 +15,7 @@ broadcast sums included; ``x op x`` two).
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,8 @@ from ..kernels.cpu import integer as ic
 from ..tape import Node, _Backward
 from ..tensor import Tensor
 from . import _integer
-from ._common import (broadcast_shape, integral, is_scalar, ones, operand, pair, reshaped,
-                      result, scalar_of, view2d)
+from ._common import (broadcast_shape, int_value, integral, is_scalar, ones, operand, pair,
+                      reshaped, result, scalar_of, view2d)
 
 
 # The rank the CPU's N-d kernels see from ranks 3 up to it (CUDA's own pad to 6).
@@ -158,6 +159,13 @@ def pow(x: Any, p: Any) -> Tensor:  # noqa: A001 (ng.pow, as torch.pow)
     0 where x == 0 and p >= 0, as PyTorch's), or tensor to tensor with
     broadcasting (nan where x < 0 and p is not an integer, as PyTorch)."""
     if integral(x) or integral(p):    # integers to integer powers stay integers
+        if integral(x) and x.dtype.kind != "b" and isinstance(p, numbers.Integral) \
+                and not isinstance(p, (bool, np.bool_)):
+            # an int exponent is checked, not wrapped into x's dtype, as PyTorch's
+            if p < 0:
+                raise ValueError(f"pow: integers to negative integer powers are not allowed "
+                                 f"(exponent {p}); use floats")
+            int_value(p, np.dtype(x.dtype), "pow", wrap=False)
         return _binary(codes.POW_TENSOR, x, p, "pow")
     if is_scalar(x) and not is_scalar(p):
         return _unary(codes.RPOW_S, p, float(x), "pow")

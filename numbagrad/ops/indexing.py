@@ -35,10 +35,10 @@ import numpy as np
 
 from .. import buffers, kernels
 from ..kernels.cpu.indexing import first_out_of_range, index_error
-from ..tape import Node, _Backward, is_grad_enabled
+from ..tape import Node, _Backward
 from ..tensor import Tensor
-from ._common import (IndexDtypeError, alias, axis_of, copy_strided, describe, index_data, ones,
-                      operand, permuted, reshaped, result)
+from ._common import (IndexDtypeError, alias, axis_of, copy_strided, describe, index_data,
+                      kept_copy, ones, operand, permuted, reshaped, result)
 from .shape import _view, _viewed, reshape
 from .shape import permute as _permute
 
@@ -109,16 +109,10 @@ def _indices(kern: Any, index: Any, op: str, low: int, high: int, axis: int) -> 
         raise index_error(op, host, bad, low, high, axis)
     checked = host if host.dtype == np.int64 and (kern.name != "cpu" or host.flags.c_contiguous) \
         else _as_int64(host)
-    if checked is host and kern.name == "cpu" and is_grad_enabled() \
-            and kernels._observer is None:
-        # the caller's own array (or a tensor's data), which the backward reads: a
-        # private copy, so that writing it before the backward cannot move the
-        # gradient (ng.compile's recording runs the backward in the same call)
-        checked = _int64_copy(host)
     if kernels._observer is not None:
         _note_checked(checked, low, high)
-    if kern.name == "cpu":
-        return checked, ()
+    if kern.name == "cpu":     # (the backward reads them again: kept_copy)
+        return kept_copy(checked, host), ()
     out = buffers.take(kern, host.shape, np.int64)
     kernels.call(kern, "upload", 0, checked, out)
     return out, ()
@@ -152,11 +146,6 @@ def _as_int64(host: np.ndarray) -> np.ndarray:
     """A C-contiguous int64 copy of host indices (``ng.compile`` records which
     argument such a copy came from)."""
     return np.ascontiguousarray(host, np.int64)
-
-
-def _int64_copy(host: np.ndarray) -> np.ndarray:
-    """A new C-contiguous int64 copy of host indices (``_as_int64``, always a copy)."""
-    return np.array(host, np.int64, order="C")
 
 
 # ------------------------------------------------------------ x[key]

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import kernels
 from ..tensor import Tensor
-from ._common import axis_of, describe, int_scalar, is_scalar, operand
+from ._common import axis_of, describe, int_value, is_scalar, operand
 from .indexing import _note_unreplayable, getitem
 from .join import cat, pad, split
 from .masks import where
@@ -115,7 +115,7 @@ def masked_fill(x: Any, mask: Any, value: float) -> Tensor:
     if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and x.device != "cpu":
         mask = Tensor(kernels.from_host(x._kern, np.ascontiguousarray(mask)), x._kern)
     if x.dtype.kind in "biu" and is_scalar(value):     # x's dtype, as PyTorch's
-        value = int_scalar(value, x.dtype, "masked_fill", wrap=False) \
+        value = int_value(value, x.dtype, "masked_fill", wrap=False) \
             if isinstance(value, numbers.Integral) else x.dtype.type(value)
     return where(mask, value, x)
 

@@ -16,11 +16,11 @@ import numpy as np
 from .. import buffers, kernels
 from ..kernels import codes
 from ..kernels.cpu.losses import first_bad_label, label_message
-from ..tape import Node, _Backward, is_grad_enabled, output
+from ..tape import Node, _Backward, output
 from ..tape import _state as _tape_state
 from ..tensor import Tensor
 from ._common import (_F32, _F64, check_reduction, contiguous, describe, index_data, is_scalar,
-                      mean_scale, ones, operand, pair, reshaped, result, scalar_of)
+                      kept_copy, mean_scale, ones, operand, pair, reshaped, result, scalar_of)
 from .indexing import _note_checked, _note_unreplayable
 
 _HOST = buffers.HOST
@@ -224,17 +224,23 @@ def _nll_loss_positions(x: Tensor, target: Any, reduction: str, ignore_index: in
                          f"{x.shape} need {want}")
     if isinstance(target, np.ndarray) and target.dtype.kind in "iu":
         # checked here, so the error names the caller's position and shapes
-        classes = x.shape[1]
-        bad = np.flatnonzero((target != ignore_index) & ((target < 0) | (target >= classes)))
-        if bad.size:
-            where = tuple(int(i) for i in np.unravel_index(bad[0], target.shape))
-            raise ValueError(f"nll_loss: target[{', '.join(map(str, where))}] is class "
-                             f"{target[where]}, outside [0, {classes}) for log_probs of shape "
-                             f"{x.shape} (and not ignore_index {ignore_index})")
+        _check_nll_labels(target, x.shape, ignore_index)
     rows = shape_ops.reshape(shape_ops.permute(x, 0, *range(2, x.ndim), 1), (-1, x.shape[1]))
     flat = target.reshape(-1) if isinstance(target, np.ndarray) else target
     loss = nll_loss(rows, flat, reduction, ignore_index)
     return shape_ops.reshape(loss, want) if reduction == "none" else loss
+
+
+def _check_nll_labels(target: np.ndarray, shape: tuple, ignore_index: int) -> None:
+    """A ValueError naming the first label of ``target`` (integers) outside
+    [0, C) and not ``ignore_index``, for log_probs of ``shape`` (N, C, ...)."""
+    classes = shape[1]
+    bad = np.flatnonzero((target != ignore_index) & ((target < 0) | (target >= classes)))
+    if bad.size:
+        where = ", ".join(str(int(i)) for i in np.unravel_index(bad[0], target.shape))
+        raise ValueError(f"nll_loss: target[{where}] is class {target.reshape(-1)[bad[0]]}, "
+                         f"outside [0, {classes}) for log_probs of shape {shape} (and not "
+                         f"ignore_index {ignore_index})")
 
 
 class _Ignored(Exception):
@@ -497,21 +503,14 @@ def nll_loss(log_probs: Any, target: Any, reduction: str = "mean",
     if target.shape != (n,):
         raise ValueError(f"{op}: target has shape {target.shape} but log_probs of shape "
                          f"{(n, classes)} need ({n},)")
-    bad = np.flatnonzero((target != ignore_index) & ((target < 0) | (target >= classes)))
-    if bad.size:
-        raise ValueError(f"{op}: target[{bad[0]}] is class {target[bad[0]]}, outside "
-                         f"[0, {classes}) for log_probs of shape {(n, classes)} (and not "
-                         f"ignore_index {ignore_index})")
+    _check_nll_labels(target, (n, classes), ignore_index)
     kern, dtype = x._kern, x._data.dtype
     host = target if target.dtype == np.int64 and target.flags.c_contiguous \
         else _as_int64(target)
     if kernels._observer is not None:
         _note_checked(host, 0, classes, allow=int(ignore_index))
     if kern.name == "cpu":
-        # the backward reads the labels: while recording (not ng.compile's, whose
-        # backward runs in the same call), its own copy of the caller's array
-        labels = np.array(host) if host is target and is_grad_enabled() \
-            and kernels._observer is None else host
+        labels = kept_copy(host, target)     # (the backward reads them again)
     else:
         labels = buffers.take(kern, (n,), np.int64)
         kernels.call(kern, "upload", 0, host, labels)

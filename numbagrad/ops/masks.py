@@ -16,10 +16,10 @@ import numpy as np
 
 from .. import _dtypes, buffers, kernels
 from ..kernels.cpu.masks import EQ, GE, GT, LE, LT, NE, RANK
-from ..tape import Node, _Backward, is_grad_enabled
+from ..tape import Node, _Backward
 from ..tensor import _FLOATS, Tensor
-from ._common import (broadcast_shape, cast, contiguous, describe, int_scalar, is_scalar, ones,
-                      operand, pair, reshaped, result, scalar_of)
+from ._common import (broadcast_shape, cast, contiguous, describe, int_value, is_scalar,
+                      kept_copy, ones, operand, pair, reshaped, result, scalar_of)
 
 _BOOL = np.dtype(np.bool_)
 _NAMES = {LT: "lt", LE: "le", GT: "gt", GE: "ge", EQ: "eq", NE: "ne"}
@@ -68,9 +68,9 @@ def _compare(code: int, a: Any, b: Any) -> Tensor:
 def _fill_value(v: Any, dtype: np.dtype) -> Any:
     """``where``'s scalar as a ``dtype`` scalar: an integral one into an
     integer dtype exactly (2**53 + 1 stays itself), range-checked as
-    PyTorch's fills (``int_scalar``)."""
+    PyTorch's fills (``int_value``)."""
     if dtype.kind in "iub" and isinstance(v, numbers.Integral):
-        return int_scalar(v, dtype, "where", wrap=False)
+        return int_value(v, dtype, "where", wrap=False)
     return scalar_of(dtype, float(v))
 
 
@@ -135,11 +135,8 @@ def _condition(cond: Any, kern: Any) -> Tensor:
             raise ValueError(f"where: the condition is a host array (shape {cond.shape}) but "
                              f"the values are on {kern.name}; pass a comparison's result or "
                              "a cuda tensor")
-        # the backward reads the condition: while recording, a private copy, so
-        # that writing the caller's array before it cannot move the gradient
-        # (ng.compile's recording runs the backward in the same call)
-        t = Tensor(np.array(cond, order="C") if is_grad_enabled() and kernels._observer is None
-                   else np.ascontiguousarray(cond), kernels.get("cpu"))
+        # (the backward reads the condition again: kept_copy)
+        t = Tensor(kept_copy(np.ascontiguousarray(cond), cond), kernels.get("cpu"))
     elif kern is not None and kern.is_device_array(cond) and cond.dtype == _BOOL:
         t = Tensor(cond, kern)
     else:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import buffers, kernels
 from ..tape import Node, _Backward
-from ..tensor import Tensor, _seen, _wrappers
+from ..tensor import Tensor, _root, _seen, _wrappers
 from ._common import (alias, axis_of, contiguous, contiguous_array, copy_strided, describe, ones,
                       operand, reduce_into, reshaped, result, scalar_of)
 
@@ -81,8 +81,7 @@ def _view_of(x: Tensor, out: Tensor) -> Tensor:
     version counter: an in-place write to either is a write to both, see
     ``tape._check_unmodified``), and is noted as wrapping an accumulator
     when ``x`` is."""
-    root = getattr(x, "_base", None)
-    out._base = x if root is None else root   # the root: chains stay one link long
+    out._base = _root(x)
     if _seen.wrapped and x in _wrappers:
         _wrappers.add(out)
     return out

@@ -87,8 +87,7 @@ class Masters:
             self.sync_flags()
             self.refresh()
             applied = method(*args, **kwargs)
-            for p, m in self.pairs:
-                p._live = m._live
+            self.flags_back()
             if applied is True:
                 self.write_back()
             return applied
@@ -101,6 +100,12 @@ class Masters:
         for p, m in self.pairs:
             if p._live:
                 m._live = True
+
+    def flags_back(self) -> None:
+        """Each half param's gradient flag from its master's (after the window
+        applied, dropped or cleared it)."""
+        for p, m in self.pairs:
+            p._live = m._live
 
     def refresh(self) -> None:
         """Widen into its master each half param written since the master last
